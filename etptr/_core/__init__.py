@@ -1,0 +1,1 @@
+"""Compiled core of etptr. Private: import public names from :mod:`etptr`."""

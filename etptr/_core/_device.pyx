@@ -1,0 +1,154 @@
+"""Devices: ExecuTorch's ``DeviceType`` and ``Device`` (``runtime/core/device.h``)."""
+from enum import IntEnum
+
+import numpy as np
+
+from etptr._core._error cimport raise_error
+from etptr._core._error import Error
+
+
+class DeviceType(IntEnum):
+    """ExecuTorch ``DeviceType``."""
+    CPU = 0
+    CUDA = 1
+
+
+_DEVICE_TYPES = tuple(DeviceType)
+_NAMES = {"cpu": 0, "cuda": 1}
+
+
+cdef Device c_make_device(int type, int index):
+    cdef Device d = Device.__new__(Device)
+    d.c_type = type
+    d.c_index = index
+    return d
+
+
+cdef int _check_index(object index, str argname) except -2:
+    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+        raise_error(Error.InvalidType,
+                    f"{argname}: device index must be an int, got {index!r}")
+    if not -1 <= index <= 127:
+        raise_error(Error.InvalidArgument,
+                    f"{argname}: device index {index} is outside ExecuTorch's DeviceIndex "
+                    f"(int8; -1 means the current device, valid range -1..127)")
+    return index
+
+
+cdef int _check_type(object type, str argname) except -1:
+    if isinstance(type, bool) or not isinstance(type, (int, np.integer)):
+        raise_error(Error.InvalidType,
+                    f"{argname}: device type must be an etptr.DeviceType, got {type!r}")
+    if not 0 <= type < len(_DEVICE_TYPES):
+        raise_error(Error.InvalidArgument, f"{argname}: {type!r} is not a DeviceType code (0=CPU, 1=CUDA)")
+    return type
+
+
+cdef class Device:
+    """Device(type, index=0)
+    --
+
+    Where a tensor's memory lives: a :class:`DeviceType` and an index.
+
+    Mirrors ExecuTorch ``Device``. Immutable and hashable; equal when type and
+    index are equal. ``index`` is ExecuTorch's ``DeviceIndex`` (int8): -1 means
+    the current device of that type.
+
+    Parameters
+    ----------
+    type : DeviceType or str
+        ``DeviceType.CPU``, ``DeviceType.CUDA``, or a string such as ``"cuda:1"``.
+    index : int, optional
+        Device index, -1..127. Ignored when ``type`` is a string that names one.
+
+    Raises
+    ------
+    InvalidArgumentError
+        Unknown device string, or an index outside int8.
+    InvalidTypeError
+        ``type`` or ``index`` of the wrong Python type.
+    """
+
+    def __init__(self, type, index=0):
+        cdef Device parsed
+        if isinstance(type, str):
+            parsed = c_device(type, "type")
+            self.c_type = parsed.c_type
+            self.c_index = parsed.c_index if ":" in type else _check_index(index, "index")
+        else:
+            self.c_type = _check_type(type, "type")
+            self.c_index = _check_index(index, "index")
+
+    @property
+    def type(self):
+        """The :class:`DeviceType`."""
+        return _DEVICE_TYPES[self.c_type]
+
+    @property
+    def index(self):
+        """The device index (int; -1 means the current device)."""
+        return self.c_index
+
+    def is_cpu(self):
+        """True for a CPU device."""
+        return self.c_type == 0
+
+    def __eq__(self, other):
+        if not isinstance(other, Device):
+            return NotImplemented
+        return self.c_type == (<Device>other).c_type and self.c_index == (<Device>other).c_index
+
+    def __ne__(self, other):
+        if not isinstance(other, Device):
+            return NotImplemented
+        return not (self.c_type == (<Device>other).c_type and self.c_index == (<Device>other).c_index)
+
+    def __hash__(self):
+        return hash((self.c_type, self.c_index))
+
+    def __str__(self):
+        if self.c_type == 0:
+            return "cpu"
+        return f"cuda:{self.c_index}"
+
+    def __repr__(self):
+        return f"Device({_DEVICE_TYPES[self.c_type]!s}, {self.c_index})"
+
+    def __reduce__(self):
+        return (Device, (_DEVICE_TYPES[self.c_type], self.c_index))
+
+
+cdef Device c_device(object spec, str argname):
+    """Parse ``spec`` (Device, DeviceType, "cpu", "cuda", "cuda:N") into a Device."""
+    cdef str s, head, tail
+    if isinstance(spec, Device):
+        return <Device>spec
+    if isinstance(spec, str):
+        s = (<str>spec).strip().lower()
+        head, sep, tail = s.partition(":")
+        if head not in _NAMES or (sep and not tail):
+            raise_error(Error.InvalidArgument,
+                        f"{argname}={spec!r} is not a device: use 'cpu', 'cuda' or 'cuda:N'")
+        if not sep:
+            return c_make_device(_NAMES[head], 0)
+        try:
+            idx = int(tail)
+        except ValueError:
+            raise_error(Error.InvalidArgument,
+                        f"{argname}={spec!r}: device index {tail!r} is not an integer")
+        return c_make_device(_NAMES[head], _check_index(idx, argname))
+    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+        return c_make_device(_check_type(spec, argname), 0)
+    raise_error(Error.InvalidType,
+                f"{argname} must be an etptr.Device, a DeviceType or a string like 'cuda:0', "
+                f"got {spec!r} of type {type(spec).__name__}")
+
+
+def as_device(spec, argname="device"):
+    """as_device(spec) -> Device
+    --
+
+    Parse a device spelling: a :class:`Device`, a :class:`DeviceType`, or
+    ``"cpu"``, ``"cuda"``, ``"cuda:N"``. ``"cuda"`` means ``cuda:0``.
+    """
+    return c_device(spec, argname)

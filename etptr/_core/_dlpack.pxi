@@ -1,0 +1,219 @@
+# DLPack export of TensorPtr (included by _tensor_ptr.pyx).
+# Struct layouts follow dlpack.h (DLPack 1.1); capsule protocol per the
+# Python array API standard.
+from cpython.pycapsule cimport (
+    PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New)
+from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
+from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+
+
+cdef extern from *:
+    """
+    typedef struct { int32_t device_type; int32_t device_id; } etptr_DLDevice;
+    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } etptr_DLDataType;
+    typedef struct {
+        void* data; etptr_DLDevice device; int32_t ndim; etptr_DLDataType dtype;
+        int64_t* shape; int64_t* strides; uint64_t byte_offset;
+    } etptr_DLTensor;
+    typedef struct etptr_DLManagedTensor {
+        etptr_DLTensor dl_tensor; void* manager_ctx;
+        void (*deleter)(struct etptr_DLManagedTensor*);
+    } etptr_DLManagedTensor;
+    typedef struct { uint32_t major; uint32_t minor; } etptr_DLPackVersion;
+    typedef struct etptr_DLManagedTensorVersioned {
+        etptr_DLPackVersion version; void* manager_ctx;
+        void (*deleter)(struct etptr_DLManagedTensorVersioned*);
+        uint64_t flags; etptr_DLTensor dl_tensor;
+    } etptr_DLManagedTensorVersioned;
+    """
+    ctypedef struct DLDevice "etptr_DLDevice":
+        int32_t device_type
+        int32_t device_id
+    ctypedef struct DLDataType "etptr_DLDataType":
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+    ctypedef struct DLTensor "etptr_DLTensor":
+        void* data
+        DLDevice device
+        int32_t ndim
+        DLDataType dtype
+        int64_t* shape
+        int64_t* strides
+        uint64_t byte_offset
+    ctypedef struct DLManagedTensor "etptr_DLManagedTensor":
+        DLTensor dl_tensor
+        void* manager_ctx
+        void (*deleter)(DLManagedTensor*) noexcept nogil
+    ctypedef struct DLPackVersion "etptr_DLPackVersion":
+        uint32_t major
+        uint32_t minor
+    ctypedef struct DLManagedTensorVersioned "etptr_DLManagedTensorVersioned":
+        DLPackVersion version
+        void* manager_ctx
+        void (*deleter)(DLManagedTensorVersioned*) noexcept nogil
+        uint64_t flags
+        DLTensor dl_tensor
+
+
+cdef enum:
+    kDLCPU = 1
+    kDLCUDA = 2
+    kDLInt = 0
+    kDLUInt = 1
+    kDLFloat = 2
+    kDLBfloat = 4
+    kDLComplex = 5
+    kDLBool = 6
+    kDLFloat8_e4m3fn = 10
+    kDLFloat8_e4m3fnuz = 11
+    kDLFloat8_e5m2 = 12
+    kDLFloat8_e5m2fnuz = 13
+    DLPACK_FLAG_BITMASK_READ_ONLY = 1
+    DLPACK_FLAG_BITMASK_IS_COPIED = 2
+
+cdef enum:
+    _DLPACK_MAJOR = 1
+    _DLPACK_MINOR = 1
+
+# ScalarType code -> (DLPack type code, bits); code 255 = no DLPack equivalent.
+cdef uint8_t[30] _DL_CODE = [
+    kDLUInt, kDLInt, kDLInt, kDLInt, kDLInt, kDLFloat, kDLFloat, kDLFloat,
+    kDLComplex, kDLComplex, kDLComplex, kDLBool, 255, 255, 255, kDLBfloat,
+    255, 255, 255, 255, 255, 255, 255, kDLFloat8_e5m2, kDLFloat8_e4m3fn,
+    kDLFloat8_e5m2fnuz, kDLFloat8_e4m3fnuz, kDLUInt, kDLUInt, kDLUInt]
+
+
+cdef struct _DLContext:
+    PyObject* owner           # the exported TensorPtr (a strong reference)
+    int64_t shape[kTensorDimensionLimit]
+    int64_t strides[kTensorDimensionLimit]
+
+
+cdef void _release_ctx(void* ctx) noexcept nogil:
+    if ctx == NULL:
+        return
+    with gil:
+        Py_DECREF(<object>(<_DLContext*>ctx).owner)
+    free(ctx)
+
+
+cdef void _dl_deleter(DLManagedTensor* m) noexcept nogil:
+    if m == NULL:
+        return
+    _release_ctx(m.manager_ctx)
+    free(m)
+
+
+cdef void _dl_deleter_versioned(DLManagedTensorVersioned* m) noexcept nogil:
+    if m == NULL:
+        return
+    _release_ctx(m.manager_ctx)
+    free(m)
+
+
+cdef void _capsule_destructor(object capsule) noexcept:
+    # Runs when the capsule dies; a consumer that took the tensor renamed it.
+    cdef DLManagedTensor* m
+    if PyCapsule_IsValid(capsule, b"dltensor"):
+        m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, b"dltensor")
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef void _capsule_destructor_versioned(object capsule) noexcept:
+    cdef DLManagedTensorVersioned* m
+    if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
+        m = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
+        if m != NULL and m.deleter != NULL:
+            m.deleter(m)
+
+
+cdef tuple _dlpack_device(TensorPtr t):
+    if t.c_device.c_type == 0:
+        return (kDLCPU, 0)
+    return (kDLCUDA, t.c_device.c_index)
+
+
+cdef int _fill_dltensor(DLTensor* dl, _DLContext* ctx, TensorPtr t) except -1:
+    cdef int i
+    cdef uint8_t code = _DL_CODE[t.c_type]
+    for i in range(t.c_dim):
+        ctx.shape[i] = t.c_sizes[i]
+        ctx.strides[i] = t.c_strides[i]
+    dl.data = t.c_data
+    dl.device.device_type = kDLCPU if t.c_device.c_type == 0 else kDLCUDA
+    dl.device.device_id = 0 if t.c_device.c_type == 0 else t.c_device.c_index
+    dl.ndim = t.c_dim
+    dl.dtype.code = code
+    dl.dtype.bits = <uint8_t>(8 * c_element_size(t.c_type)) if code != kDLBool else 8
+    dl.dtype.lanes = 1
+    dl.shape = ctx.shape
+    dl.strides = ctx.strides
+    dl.byte_offset = 0
+    return 0
+
+
+cdef object _to_dlpack(TensorPtr t, object stream, object max_version, object dl_device,
+                       object copy):
+    cdef bint versioned = False
+    cdef bint copied = False
+    cdef _DLContext* ctx
+    cdef DLManagedTensor* legacy
+    cdef DLManagedTensorVersioned* vm
+    if _DL_CODE[t.c_type] == 255:
+        raise BufferError(f"ScalarType.{_SCALAR_TYPES[t.c_type].name} has no DLPack data type")
+    if dl_device is not None and tuple(dl_device) != _dlpack_device(t):
+        raise BufferError(f"dl_device={tuple(dl_device)!r}: the tensor is on {t.c_device} "
+                          f"{_dlpack_device(t)}; copy it with clone_tensor_ptr_to first")
+    if copy:
+        if t.c_device.c_type != 0:
+            raise BufferError("copy=True is supported for CPU tensors only; "
+                              "use clone_tensor_ptr_to for device copies")
+        t = clone_tensor_ptr(t)
+        copied = True
+    if t.c_data == NULL and t.c_numel != 0:
+        raise BufferError("the tensor has null data (made with data=None)")
+    if max_version is not None:
+        try:
+            versioned = int(max_version[0]) >= 1
+        except (TypeError, IndexError, ValueError):
+            raise BufferError(f"max_version={max_version!r} is not a (major, minor) tuple")
+    if not versioned and t.c_readonly:
+        raise BufferError("the tensor's memory is read-only, which a legacy (pre-1.0) DLPack "
+                          "capsule cannot express; ask for max_version=(1, 0) or copy it")
+    ctx = <_DLContext*>malloc(sizeof(_DLContext))
+    if ctx == NULL:
+        raise MemoryError()
+    ctx.owner = <PyObject*>t
+    Py_INCREF(t)
+    if versioned:
+        vm = <DLManagedTensorVersioned*>malloc(sizeof(DLManagedTensorVersioned))
+        if vm == NULL:
+            _release_ctx(ctx)
+            raise MemoryError()
+        vm.version.major = _DLPACK_MAJOR
+        vm.version.minor = _DLPACK_MINOR
+        vm.manager_ctx = ctx
+        vm.deleter = _dl_deleter_versioned
+        vm.flags = (DLPACK_FLAG_BITMASK_READ_ONLY if t.c_readonly else 0) | \
+                   (DLPACK_FLAG_BITMASK_IS_COPIED if copied else 0)
+        _fill_dltensor(&vm.dl_tensor, ctx, t)
+        try:
+            return PyCapsule_New(vm, b"dltensor_versioned", _capsule_destructor_versioned)
+        except BaseException:
+            _dl_deleter_versioned(vm)
+            raise
+    legacy = <DLManagedTensor*>malloc(sizeof(DLManagedTensor))
+    if legacy == NULL:
+        _release_ctx(ctx)
+        raise MemoryError()
+    legacy.manager_ctx = ctx
+    legacy.deleter = _dl_deleter
+    _fill_dltensor(&legacy.dl_tensor, ctx, t)
+    try:
+        return PyCapsule_New(legacy, b"dltensor", _capsule_destructor)
+    except BaseException:
+        _dl_deleter(legacy)
+        raise

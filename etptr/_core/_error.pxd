@@ -1,0 +1,1 @@
+cdef int raise_error(int code, str message) except -1

@@ -1,0 +1,227 @@
+"""ExecuTorch scalar types: codes, element sizes, ``canCast`` and the NumPy mapping.
+
+Mirrors ``runtime/core/exec_aten/util/scalar_type_util.h``.
+"""
+from enum import IntEnum
+
+import numpy as np
+
+from etptr._core._error cimport raise_error
+from etptr._core._error import Error
+
+
+class ScalarType(IntEnum):
+    """ExecuTorch ``ScalarType`` with ExecuTorch's own codes."""
+    Byte = 0
+    Char = 1
+    Short = 2
+    Int = 3
+    Long = 4
+    Half = 5
+    Float = 6
+    Double = 7
+    ComplexHalf = 8
+    ComplexFloat = 9
+    ComplexDouble = 10
+    Bool = 11
+    QInt8 = 12
+    QUInt8 = 13
+    QInt32 = 14
+    BFloat16 = 15
+    QUInt4x2 = 16
+    QUInt2x4 = 17
+    Bits1x8 = 18
+    Bits2x4 = 19
+    Bits4x2 = 20
+    Bits8 = 21
+    Bits16 = 22
+    Float8_e5m2 = 23
+    Float8_e4m3fn = 24
+    Float8_e5m2fnuz = 25
+    Float8_e4m3fnuz = 26
+    UInt16 = 27
+    UInt32 = 28
+    UInt64 = 29
+
+
+# sizeof the C type behind each code, in bytes.
+cdef int64_t[30] _ELEMENT_SIZE = [
+    1, 1, 2, 4, 8, 2, 4, 8, 4, 8, 16, 1, 1, 1, 4, 2, 1, 1, 1, 1, 1, 1, 2, 1, 1, 1, 1, 2, 4, 8]
+
+# Members of ExecuTorch's ET_FORALL_REALHBBF16_AND_UINT_TYPES: the types a casting copy supports.
+cdef bint[30] _CASTABLE = [
+    1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1]
+
+_SCALAR_TYPES = tuple(ScalarType)
+
+
+cdef inline bint c_valid_scalar_type(int t) noexcept nogil:
+    return 0 <= t < kNumScalarTypes
+
+
+cdef inline int64_t c_element_size(int t) noexcept nogil:
+    return _ELEMENT_SIZE[t] if c_valid_scalar_type(t) else -1
+
+
+cdef bint c_castable(int t) noexcept nogil:
+    return c_valid_scalar_type(t) and _CASTABLE[t]
+
+
+cdef inline bint _is_complex(int t) noexcept nogil:
+    return t == 8 or t == 9 or t == 10
+
+
+cdef inline bint _is_floating(int t) noexcept nogil:
+    # isFloatingType: Half, Float, Double, BFloat16 and the Float8 family.
+    return t == 5 or t == 6 or t == 7 or t == 15 or 23 <= t <= 26
+
+
+cdef inline bint _is_integral(int t) noexcept nogil:
+    # isIntegralType(t, includeBool=false): Byte, Char, Short, Int, Long only.
+    return 0 <= t <= 4
+
+
+cdef bint c_can_cast(int src, int dst) noexcept nogil:
+    # ExecuTorch canCast: complex -> non-complex refused; floating -> integral
+    # refused; non-Bool -> Bool refused.
+    if _is_complex(src) and not _is_complex(dst):
+        return False
+    if _is_floating(src) and _is_integral(dst):
+        return False
+    if src != 11 and dst == 11:
+        return False
+    return True
+
+
+cdef object c_scalar_type(object t, str argname):
+    """Validate ``t`` (ScalarType or int) and return the ScalarType member."""
+    cdef long code
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+        raise_error(Error.InvalidType,
+                    f"{argname} must be an etptr.ScalarType, got {t!r} of type {type(t).__name__}")
+    code = t if -1 <= t <= 1000 else -1
+    if not c_valid_scalar_type(code):
+        raise_error(Error.InvalidArgument, f"{argname}={t!r} is not a ScalarType code (0..29)")
+    return _SCALAR_TYPES[code]
+
+
+def element_size(t):
+    """element_size(t) -> int
+    --
+
+    Size in bytes of one element of scalar type ``t``.
+
+    Mirrors ExecuTorch ``elementSize(ScalarType)``.
+
+    Raises
+    ------
+    InvalidTypeError
+        ``t`` is not a ScalarType or int.
+    InvalidArgumentError
+        ``t`` is not one of ExecuTorch's codes.
+    """
+    return c_element_size(c_scalar_type(t, "t"))
+
+
+def can_cast(from_t, to_t):
+    """can_cast(from_t, to_t) -> bool
+    --
+
+    Whether a value of ``from_t`` may be cast to ``to_t`` (ExecuTorch ``canCast``).
+
+    Refuses complex -> non-complex, floating (Half, BFloat16, Float, Double,
+    Float8) -> Byte/Char/Short/Int/Long, and any non-Bool -> Bool. UInt16/32/64
+    are not integral for this rule.
+    """
+    return bool(c_can_cast(c_scalar_type(from_t, "from_t"), c_scalar_type(to_t, "to_t")))
+
+
+_TO_NUMPY = {
+    0: np.dtype(np.uint8), 1: np.dtype(np.int8), 2: np.dtype(np.int16),
+    3: np.dtype(np.int32), 4: np.dtype(np.int64), 5: np.dtype(np.float16),
+    6: np.dtype(np.float32), 7: np.dtype(np.float64), 9: np.dtype(np.complex64),
+    10: np.dtype(np.complex128), 11: np.dtype(np.bool_), 27: np.dtype(np.uint16),
+    28: np.dtype(np.uint32), 29: np.dtype(np.uint64),
+}
+_ML_DTYPES_NAMES = {15: "bfloat16", 23: "float8_e5m2", 24: "float8_e4m3fn",
+                    25: "float8_e5m2fnuz", 26: "float8_e4m3fnuz"}
+_FROM_NUMPY = {dt: ScalarType(code) for code, dt in _TO_NUMPY.items()}
+_ml_loaded = False
+
+
+cdef _load_ml_dtypes():
+    global _ml_loaded
+    if _ml_loaded:
+        return
+    try:
+        import ml_dtypes
+    except ImportError:
+        return
+    for code, name in _ML_DTYPES_NAMES.items():
+        dt = getattr(ml_dtypes, name, None)
+        if dt is not None:
+            _TO_NUMPY[code] = np.dtype(dt)
+            _FROM_NUMPY[np.dtype(dt)] = ScalarType(code)
+    _ml_loaded = True
+
+
+cdef object c_numpy_dtype(int t):
+    dt = _TO_NUMPY.get(t)
+    if dt is None and t in _ML_DTYPES_NAMES:
+        _load_ml_dtypes()
+        dt = _TO_NUMPY.get(t)
+        if dt is None:
+            raise_error(Error.NotSupported,
+                        f"ScalarType.{ScalarType(t).name} needs the ml_dtypes package "
+                        f"for a NumPy dtype: pip install ml_dtypes")
+    if dt is None:
+        raise_error(Error.NotSupported,
+                    f"ScalarType.{ScalarType(t).name} has no NumPy dtype")
+    return dt
+
+
+def scalar_type_to_numpy(t):
+    """scalar_type_to_numpy(t) -> numpy.dtype
+    --
+
+    The NumPy dtype holding elements of scalar type ``t``.
+
+    BFloat16 and the Float8 types map to ``ml_dtypes`` dtypes.
+
+    Raises
+    ------
+    NotSupportedError
+        ``t`` has no NumPy dtype (ComplexHalf, quantized and bits types), or
+        needs ``ml_dtypes`` and it is not installed.
+    """
+    return c_numpy_dtype(c_scalar_type(t, "t"))
+
+
+def scalar_type_from_numpy(dtype):
+    """scalar_type_from_numpy(dtype) -> ScalarType
+    --
+
+    The ScalarType of NumPy dtype ``dtype`` (anything ``numpy.dtype()`` accepts).
+
+    Mirrors ExecuTorch ``CppTypeToScalarType``.
+
+    Raises
+    ------
+    InvalidTypeError
+        ``dtype`` is not a dtype or has no ExecuTorch scalar type.
+    """
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        raise_error(Error.InvalidType, f"dtype={dtype!r} is not a NumPy dtype: {exc}")
+    st = _FROM_NUMPY.get(dt)
+    if st is None and dt.kind == "V":
+        _load_ml_dtypes()
+        st = _FROM_NUMPY.get(dt)
+    if st is None:
+        st = _FROM_NUMPY.get(dt.newbyteorder("=")) if dt.isnative is False else None
+        if st is not None:
+            raise_error(Error.InvalidType,
+                        f"dtype={dt!r} is not in native byte order; convert it with astype first")
+        raise_error(Error.InvalidType, f"dtype={dt!r} has no ExecuTorch ScalarType")
+    return st

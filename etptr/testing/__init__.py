@@ -1,0 +1,136 @@
+"""Test helpers: a host-memory stand-in for a device, and scoped allocator installs.
+
+Nothing here needs a GPU. :class:`HostDeviceAllocator` mirrors ExecuTorch's
+``MockCudaAllocator`` (``runtime/core/test/mock_cuda_allocator.h``): it serves
+a device type with ordinary host memory and counts every call.
+"""
+from contextlib import contextmanager
+import ctypes
+
+from etptr._core._device import DeviceType
+from etptr._core._device_allocator import DEFAULT_ALIGNMENT, DeviceAllocator, _replace_allocator
+from etptr._core._error import Error, InvalidArgumentError, MemoryAllocationError
+
+__all__ = ["HostDeviceAllocator", "use_allocator"]
+
+
+class HostDeviceAllocator(DeviceAllocator):
+    """HostDeviceAllocator(device_type=DeviceType.CUDA)
+
+    A :class:`~etptr.DeviceAllocator` that simulates a device with host memory.
+
+    Counters: ``allocate_count``, ``deallocate_count``, ``h2d_count``,
+    ``d2h_count``. Last arguments: ``last_allocate_size`` (bytes),
+    ``last_allocate_index``, ``last_allocate_ptr``, ``last_deallocate_ptr``,
+    ``last_deallocate_index``, ``last_h2d_dst``, ``last_h2d_src``,
+    ``last_h2d_size`` (bytes), ``last_h2d_index`` and the same four for
+    ``d2h``. ``live_bytes`` is the memory it currently holds, so tests can
+    check that etptr frees everything it allocates.
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``deallocate`` of an address it did not allocate; a copy that runs
+        outside a block it allocated.
+    MemoryAllocationError
+        ``allocate`` beyond ``fail_after`` allocations (when set), to test
+        failure paths.
+    """
+
+    def __init__(self, device_type=DeviceType.CUDA):
+        super().__init__()
+        self._device_type = DeviceType(device_type)
+        self._blocks = {}
+        self.fail_after = None
+        self.allocate_count = 0
+        self.deallocate_count = 0
+        self.h2d_count = 0
+        self.d2h_count = 0
+        self.last_allocate_size = 0
+        self.last_allocate_index = 0
+        self.last_allocate_ptr = 0
+        self.last_deallocate_ptr = 0
+        self.last_deallocate_index = 0
+        self.last_h2d_dst = 0
+        self.last_h2d_src = 0
+        self.last_h2d_size = 0
+        self.last_h2d_index = 0
+        self.last_d2h_dst = 0
+        self.last_d2h_src = 0
+        self.last_d2h_size = 0
+        self.last_d2h_index = 0
+
+    @property
+    def device_type(self):
+        return self._device_type
+
+    @property
+    def live_bytes(self):
+        """Bytes currently allocated and not yet deallocated."""
+        return sum(raw.requested for raw in self._blocks.values())
+
+    def allocate(self, nbytes, index, alignment=DEFAULT_ALIGNMENT):
+        if nbytes < 0:
+            raise InvalidArgumentError(f"nbytes={nbytes} is negative")
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise InvalidArgumentError(f"alignment={alignment} is not a power of two")
+        if self.fail_after is not None and self.allocate_count >= self.fail_after:
+            raise MemoryAllocationError(
+                f"HostDeviceAllocator: allocation {self.allocate_count + 1} refused "
+                f"(fail_after={self.fail_after})", Error.MemoryAllocationFailed)
+        raw = ctypes.create_string_buffer(max(int(nbytes), 1) + alignment)
+        base = ctypes.addressof(raw)
+        ptr = (base + alignment - 1) & ~(alignment - 1)
+        raw.requested = int(nbytes)
+        self._blocks[ptr] = raw
+        self.allocate_count += 1
+        self.last_allocate_size = nbytes
+        self.last_allocate_index = index
+        self.last_allocate_ptr = ptr
+        return ptr
+
+    def deallocate(self, ptr, index):
+        self.deallocate_count += 1
+        self.last_deallocate_ptr = ptr
+        self.last_deallocate_index = index
+        if ptr == 0:
+            return
+        if self._blocks.pop(ptr, None) is None:
+            raise InvalidArgumentError(f"ptr=0x{ptr:x} was not allocated by this allocator")
+
+    def _check_span(self, ptr, nbytes, argname):
+        for start, raw in self._blocks.items():
+            if start <= ptr and ptr + nbytes <= start + max(raw.requested, 1):
+                return
+        raise InvalidArgumentError(
+            f"{argname}=0x{ptr:x}: {nbytes} bytes there are not inside a block of this allocator")
+
+    def copy_host_to_device(self, dst, src, nbytes, index):
+        self.h2d_count += 1
+        self.last_h2d_dst, self.last_h2d_src = dst, src
+        self.last_h2d_size, self.last_h2d_index = nbytes, index
+        if nbytes:
+            self._check_span(dst, nbytes, "dst")
+            ctypes.memmove(dst, src, nbytes)
+
+    def copy_device_to_host(self, dst, src, nbytes, index):
+        self.d2h_count += 1
+        self.last_d2h_dst, self.last_d2h_src = dst, src
+        self.last_d2h_size, self.last_d2h_index = nbytes, index
+        if nbytes:
+            self._check_span(src, nbytes, "src")
+            ctypes.memmove(dst, src, nbytes)
+
+
+@contextmanager
+def use_allocator(alloc):
+    """Install ``alloc`` for ``alloc.device_type`` for the duration of the block.
+
+    The previous registration (or none) is restored afterwards, also when the
+    block raises. Nests.
+    """
+    prev = _replace_allocator(alloc.device_type, alloc)
+    try:
+        yield alloc
+    finally:
+        _replace_allocator(alloc.device_type, prev)

@@ -1,0 +1,55 @@
+"""Build script: the one place that lists the compiled modules and the Cython directives."""
+import os
+from pathlib import Path
+
+import numpy
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+HERE = Path(__file__).parent
+
+DIRECTIVES = {
+    "language_level": 3,
+    "binding": True,
+    "embedsignature": True,
+    "cdivision": True,
+}
+if os.environ.get("ETPTR_CYTHON_DEBUG") == "1":
+    DIRECTIVES.update(initializedcheck=True, nonecheck=True)
+MACROS = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+if os.environ.get("ETPTR_COVERAGE") == "1":
+    DIRECTIVES["linetrace"] = True
+    MACROS.append(("CYTHON_TRACE_NOGIL", "1"))
+
+# Modules whose copy loops run on several threads are compiled with OpenMP.
+OPENMP = {"etptr._core._staging"}
+
+
+def extensions():
+    exts = []
+    for pyx in sorted(HERE.glob("etptr/**/*.pyx")):
+        rel = pyx.relative_to(HERE)
+        name = ".".join(rel.with_suffix("").parts)
+        flags = ["-O3"]
+        link = []
+        if name in OPENMP:
+            flags.append("-fopenmp")
+            link.append("-fopenmp")
+        exts.append(Extension(
+            name, [str(rel)],
+            include_dirs=[numpy.get_include()],
+            define_macros=MACROS,
+            extra_compile_args=flags,
+            extra_link_args=link,
+        ))
+    return exts
+
+
+setup(
+    ext_modules=cythonize(
+        extensions(),
+        compiler_directives=DIRECTIVES,
+        build_dir="build/cython",
+        nthreads=os.cpu_count() or 1,
+    ),
+)
