@@ -147,6 +147,7 @@ def test_index_naming_a_missing_tensor_is_refused(sharded, capsys):
     (["--plot", "p.png"], "only apply with --sweep"),
     (["--repeats", "0"], "not a positive integer"),
     (["--sweep", "--max-size", "12 parsecs"], "expected a number"),
+    (["--sweep", "--line-rate-size", "1GiB"], "applies to checkpoint mode"),
 ])
 def test_bad_arguments_exit_2(argv, message, capsys):
     try:

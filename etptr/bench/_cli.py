@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-torch", action="store_true",
                    help="do not import torch (skips its columns and its import time)")
     p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (it is drawn on stderr)")
+                   help="no progress bar (drawn on stderr only when it is a terminal)")
     s = p.add_argument_group("size sweep")
     s.add_argument("--sweep", action="store_true",
                    help="instead of a checkpoint, measure GB/s against transfer size, from "
@@ -116,6 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_args(parser, args):
     if args.sweep and args.checkpoints:
         parser.error("--sweep measures synthetic buffers; give either --sweep or checkpoints")
+    if args.sweep and args.line_rate_size != 256 * MiB:
+        parser.error("--line-rate-size applies to checkpoint mode; the sweep measures the line "
+                     "rate at every size")
     if not args.sweep:
         given = [o for o, v in (("--quick", args.quick), ("--plot", args.plot),
                                 ("--max-size", args.max_size != 1 * GiB)) if v]
@@ -162,6 +165,20 @@ def _host_table(timings, labels, count, stat) -> str:
         rows.append([label, f"{secs * 1e3:.3f}", f"{secs / max(t.count, 1) * 1e6:.2f}",
                      fmt_gbps(t.gbps(stat))])
     return table([f"host operations ({count} tensors)", "total ms", "us/tensor", "GB/s"], rows)
+
+
+def _host_ratios(timings, stat, out) -> dict:
+    """Print and return clone_tensor_ptr against ndarray.copy(), and wrapping against
+    torch.from_numpy when it was timed."""
+    ratios = {"clone_vs_numpy_copy": ratio(timings["host.clone"].gbps(stat),
+                                           timings["host.numpy_copy"].gbps(stat))}
+    out(f"  clone_tensor_ptr / ndarray.copy(): {fmt_ratio(ratios['clone_vs_numpy_copy'])}")
+    if "host.torch_from_numpy" in timings:
+        r = ratio(timings["host.torch_from_numpy"].seconds(stat),
+                  timings["host.make_tensor_ptr"].seconds(stat))
+        ratios["torch_from_numpy_vs_make_tensor_ptr_time"] = r
+        out(f"  torch.from_numpy time / make_tensor_ptr(ndarray) time: {fmt_ratio(r)}")
+    return ratios
 
 
 def _copy_tables(timings, env, stat, line_bytes):
@@ -230,16 +247,7 @@ def _run_checkpoint(args, env, out) -> tuple:
 
     out("")
     out(_host_table(timings, labels, count, args.stat))
-    host_ratio = ratio(timings["host.clone"].gbps(args.stat),
-                       timings["host.numpy_copy"].gbps(args.stat))
-    wrap_ratio = None
-    lines = [f"  clone_tensor_ptr / ndarray.copy(): {fmt_ratio(host_ratio)}"]
-    if "host.torch_from_numpy" in timings:
-        wrap_ratio = ratio(timings["host.torch_from_numpy"].seconds(args.stat),
-                           timings["host.make_tensor_ptr"].seconds(args.stat))
-        lines.append("  torch.from_numpy time / make_tensor_ptr(ndarray) time: "
-                     f"{fmt_ratio(wrap_ratio)}")
-    out("\n".join(lines))
+    host_ratios = _host_ratios(timings, args.stat, out)
     out(f"host clone: {count - len(host_clone_bad)}/{count} tensors bit-identical")
 
     report = {
@@ -249,8 +257,7 @@ def _run_checkpoint(args, env, out) -> tuple:
         "dtypes": _checkpoint.dtype_summary(ckpt.arrays),
         "load_s": ckpt.load_s,
         "host_clone_mismatches": host_clone_bad,
-        "ratios": {"clone_vs_numpy_copy": host_ratio,
-                   "torch_from_numpy_vs_make_tensor_ptr_time": wrap_ratio},
+        "ratios": host_ratios,
     }
     failed = bool(host_clone_bad)
     if env.available:

@@ -287,8 +287,8 @@ def sweep_cases(env: CudaEnv, host: np.ndarray, sizes, number_for, repeats_for) 
                 bad.append(n)
             add("etptr.h2d", n, lambda s=src: clone_to(s, dev), env.sync)
             if pinned_src is not None:
-                add("etptr.h2d_pinned", n, lambda s=make(pinned_src, [n]): clone_to(s, dev),
-                    env.sync)
+                pinned_view = make(pinned_src, [n])
+                add("etptr.h2d_pinned", n, lambda s=pinned_view: clone_to(s, dev), env.sync)
             add("etptr.d2h", n, lambda d=dsrc: clone_to(d, "cpu"), env.sync)
 
     cp_dev = cp.asarray(host)

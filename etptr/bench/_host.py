@@ -13,9 +13,11 @@ from etptr.bench._timing import Case
 
 
 def plain_view(a: np.ndarray) -> np.ndarray:
-    """``a`` itself, or, for an ``ml_dtypes`` dtype (bfloat16, float8) that CuPy and torch
-    do not take, the same bytes viewed as a signed integer of the same width."""
-    if a.dtype.num < 256:  # a built-in numpy type
+    """``a`` itself, or the same bytes viewed as a signed integer of the same width for
+    dtypes some CuPy or torch releases do not take: ``ml_dtypes`` types (bfloat16,
+    float8) and unsigned integers wider than a byte."""
+    builtin = a.dtype.num < 256
+    if builtin and not (a.dtype.kind == "u" and a.dtype.itemsize > 1):
         return a
     return a.view(np.dtype(f"i{a.dtype.itemsize}"))
 
@@ -32,7 +34,7 @@ def mismatches(names, arrays, tensors) -> list:
     signed zeros count).
     """
     bad = []
-    for name, a, t in zip(names, arrays, tensors):
+    for name, a, t in zip(names, arrays, tensors, strict=True):
         if (tuple(t.sizes) != a.shape
                 or t.scalar_type != etptr.scalar_type_from_numpy(a.dtype)
                 or not np.array_equal(_as_bytes(t.numpy()), _as_bytes(a))):
@@ -49,7 +51,7 @@ def wrap(arrays) -> list:
         A TensorPtr whose data pointer is not the array's (a copy was made).
     """
     tensors = [etptr.make_tensor_ptr(a) for a in arrays]
-    for a, t in zip(arrays, tensors):
+    for a, t in zip(arrays, tensors, strict=True):
         if a.nbytes and t.data_ptr != a.ctypes.data:
             raise RuntimeError("make_tensor_ptr(ndarray) copied instead of aliasing")
     return tensors
@@ -84,9 +86,9 @@ def host_cases(arrays, tensors, torch=None) -> list:
         Case("host.view", "make_tensor_ptr(tensor)",
              lambda: [make(t) for t in tensors], count=count),
         Case("host.flat_view", "make_tensor_ptr(tensor, [numel])",
-             lambda: [make(t, s) for t, s in zip(tensors, flat_sizes)], count=count),
+             lambda: [make(t, s) for t, s in zip(tensors, flat_sizes, strict=True)], count=count),
         Case("host.resize", "resize_tensor_ptr(view, sizes)",
-             lambda: [resize(v, s) for v, s in zip(views, view_sizes)], count=count),
+             lambda: [resize(v, s) for v, s in zip(views, view_sizes, strict=True)], count=count),
         Case("host.clone", "clone_tensor_ptr(tensor)",
              lambda: [clone(t) for t in tensors], nbytes=nbytes, count=count),
         Case("host.numpy_copy", "ndarray.copy()",

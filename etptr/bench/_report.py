@@ -72,7 +72,7 @@ def table(headers, rows, indent: int = 2) -> str:
 
     def line(cells):
         parts = [cells[0].ljust(widths[0])]
-        parts += [c.rjust(w) for c, w in zip(cells[1:], widths[1:])]
+        parts += [c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]
         return "  ".join(parts).rstrip()
 
     return "\n".join([line(headers)] + [line(r) for r in rows])

@@ -136,7 +136,7 @@ def _ratio_columns(result, stat, base, peers):
     for peer, header in peers:
         if base in result.series and peer in result.series:
             num, den = result.gbps(base, stat), result.gbps(peer, stat)
-            cols.append((header, [fmt_ratio(ratio(a, b)) for a, b in zip(num, den)]))
+            cols.append((header, [fmt_ratio(ratio(a, b)) for a, b in zip(num, den, strict=True)]))
     return cols
 
 

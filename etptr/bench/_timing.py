@@ -174,7 +174,7 @@ class Case:
 
 def run_cases(cases, *, repeats: int, warmup: int, progress: bool = True,
               desc: str = "etptr-bench") -> dict:
-    """Run every case under one tqdm progress bar (on stderr).
+    """Run every case under one tqdm progress bar (on stderr, when it is a terminal).
 
     Returns
     -------
@@ -186,8 +186,9 @@ def run_cases(cases, *, repeats: int, warmup: int, progress: bool = True,
     cases = list(cases)
     total = sum(warmup + (c.repeats or repeats) for c in cases)
     results = {}
+    # disable=None: drawn only when stderr is a terminal, so logs stay clean
     with tqdm(total=total, desc=desc, unit="run", leave=False, file=sys.stderr,
-              disable=not progress, dynamic_ncols=True) as bar:
+              disable=None if progress else True, dynamic_ncols=True) as bar:
         for case in cases:
             bar.set_postfix_str(case.label, refresh=False)
             results[case.key] = measure(
