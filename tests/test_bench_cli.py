@@ -175,6 +175,7 @@ def test_not_a_safetensors_file(tmp_path, capsys):
 
 
 def test_cpu_sweep_writes_plot_and_json(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
     plot, out = tmp_path / "sweep.png", tmp_path / "sweep.json"
     status = main(["--sweep", "--max-size", "64KiB", "--plot", str(plot), "--json", str(out),
                    *COMMON])
@@ -280,8 +281,11 @@ def test_gpu_path_on_stand_in(fake_gpu, checkpoint, tmp_path, capsys):
     assert status == 0
     assert doc["round_trip_mismatches"] == []
     assert doc["environment"]["cuda"] is True and doc["environment"]["etptr_cuda"] is True
-    for key in ("etptr.h2d", "etptr.d2h", "cupy.h2d", "cupy.d2h", "line.h2d", "line.d2h"):
+    for key in ("etptr.h2d", "etptr.d2h", "cupy.h2d", "cupy.d2h", "line.h2d", "line.d2h",
+                "tiny.etptr.h2d", "tiny.etptr.d2h", "tiny.cupy.h2d", "tiny.cupy.d2h"):
         assert key in doc["timings"]
+    assert doc["timings"]["tiny.etptr.h2d"]["nbytes"] == 4
+    assert set(doc["ratios"]["tiny_time"]["cupy"]) == {"h2d", "d2h"}
     assert doc["timings"]["line.h2d"]["nbytes"] == 1 << 20
     assert set(doc["ratios"]) >= {"cupy", "line"}
     assert fake_gpu.h2d_count >= n - 1 and fake_gpu.d2h_count >= n - 1

@@ -24,8 +24,8 @@ line rate measured in the same run.
 Checkpoint mode reads every tensor with the safetensors library, wraps each as
 a TensorPtr without copying (make_tensor_ptr(ndarray)), clones it to the GPU
 and back with clone_tensor_ptr_to, checks the round trip bit for bit, and
-times host operations (wrapping, views, resize, clone_tensor_ptr) and the
-copies. Without CuPy or a CUDA device it says so in one line, runs the host
+times host operations (wrapping, views, resize, clone_tensor_ptr), the
+copies, and the per-call time of a 4-byte tensor up and down. Without CuPy or a CUDA device it says so in one line, runs the host
 parts, and exits 0.
 
 Rates are GB/s (1e9 bytes per second); sizes are in binary units (KiB, MiB,
@@ -181,15 +181,18 @@ def _host_ratios(timings, stat, out) -> dict:
     return ratios
 
 
+# (case key prefix, table label) of the H2D / D2H paths, in table order
+COPY_PATHS = (("etptr", "etptr clone_tensor_ptr_to"), ("cupy", "cupy.asarray / ndarray.get()"),
+              ("torch", "torch .cuda() / .cpu()"))
+
+
 def _copy_tables(timings, env, stat, line_bytes):
     def g(key):
         t = timings.get(key)
         return t.gbps(stat) if t is not None else None
 
     rows, ratio_rows = [], []
-    paths = [("etptr", "etptr clone_tensor_ptr_to"), ("cupy", "cupy.asarray / ndarray.get()"),
-             ("torch", "torch .cuda() / .cpu()")]
-    for key, label in paths:
+    for key, label in COPY_PATHS:
         if f"{key}.h2d" in timings:
             rows.append([label, fmt_gbps(g(f"{key}.h2d")), fmt_gbps(g(f"{key}.d2h"))])
     rows.append([f"pinned line rate ({fmt_size(line_bytes)}, one cudaMemcpyAsync)",
@@ -205,7 +208,31 @@ def _copy_tables(timings, env, stat, line_bytes):
     text = table([f"copies on {env.device} ({env.name})", "H2D GB/s", "D2H GB/s"], rows)
     if ratio_rows:
         text += "\n\n" + table(["ratios", "H2D", "D2H"], ratio_rows)
-    return text, ratios
+    tiny_text, tiny_ratios = _tiny_table(timings, stat)
+    ratios["tiny_time"] = tiny_ratios
+    return text + "\n\n" + tiny_text, ratios
+
+
+def _tiny_table(timings, stat):
+    """Per-call latency of a 4-byte tensor, and etptr's time as a fraction of the peers'."""
+    def us(key):
+        t = timings.get(key)
+        return t.seconds(stat) * 1e6 if t is not None else None
+
+    def fmt_us(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    rows, ratios = [], {}
+    for key, label in COPY_PATHS:
+        if f"tiny.{key}.h2d" in timings:
+            rows.append([label, fmt_us(us(f"tiny.{key}.h2d")), fmt_us(us(f"tiny.{key}.d2h"))])
+    for key in ("cupy", "torch"):
+        if "tiny.etptr.h2d" in timings and f"tiny.{key}.h2d" in timings:
+            r = (ratio(us("tiny.etptr.h2d"), us(f"tiny.{key}.h2d")),
+                 ratio(us("tiny.etptr.d2h"), us(f"tiny.{key}.d2h")))
+            ratios[key] = {"h2d": r[0], "d2h": r[1]}
+            rows.append([f"etptr time / {key} time", fmt_ratio(r[0]), fmt_ratio(r[1])])
+    return table(["4-byte tensor, us per call", "H2D", "D2H"], rows), ratios
 
 
 def _run_checkpoint(args, env, out) -> tuple:

@@ -218,8 +218,41 @@ def checkpoint_cases(env: CudaEnv, names, arrays, tensors, line_bytes: int) -> P
         Case("line.d2h", "line.d2h", lambda: line.d2h(line_bytes), nbytes=line_bytes,
              sync=env.sync),
     ]
+    cases += tiny_cases(env)
     env.sync()
     return Prepared(cases=cases, round_trip_bad=bad, line=line)
+
+
+TINY_CALLS = 200
+
+
+def tiny_cases(env: CudaEnv) -> list:
+    """Latency of a 4-byte tensor (one float32) up and down, per path; keys ``tiny.*``.
+
+    Each sample makes ``TINY_CALLS`` calls, so a figure is seconds per call.
+    """
+    cp, torch = env.cupy, env.torch
+    tiny = np.array([1.5], dtype=np.float32)
+    cases = []
+
+    def add(key, fn, sync=env.sync):
+        cases.append(Case(key, key, fn, nbytes=tiny.nbytes, number=TINY_CALLS, sync=sync))
+
+    if env.etptr_ok:
+        clone_to, dev = etptr.clone_tensor_ptr_to, env.device
+        t = etptr.make_tensor_ptr(tiny)
+        d = clone_to(t, dev)
+        add("tiny.etptr.h2d", lambda: clone_to(t, dev))
+        add("tiny.etptr.d2h", lambda: clone_to(d, "cpu"))
+    cd = cp.asarray(tiny)
+    add("tiny.cupy.h2d", lambda: cp.asarray(tiny))
+    add("tiny.cupy.d2h", lambda: cd.get())
+    if torch is not None:
+        tdev = torch.device("cuda", env.index)
+        td = torch.from_numpy(tiny).to(tdev)
+        add("tiny.torch.h2d", lambda: torch.from_numpy(tiny).to(tdev), env.torch_sync)
+        add("tiny.torch.d2h", lambda: td.cpu(), env.torch_sync)
+    return cases
 
 
 SWEEP_SERIES = {
