@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 pytest.importorskip("safetensors")
-pytest.importorskip("tqdm")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 from safetensors import safe_open  # noqa: E402
@@ -156,6 +155,20 @@ def test_bad_arguments_exit_2(argv, message, capsys):
         status = exc.code
     assert status == 2
     assert message in capsys.readouterr().err
+
+
+def test_runs_without_tqdm(monkeypatch, checkpoint, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    assert main([str(checkpoint), "--repeats", "1", "--warmup", "0", "--no-torch"]) == 0
+    assert "host clone: 7/7 tensors bit-identical" in capsys.readouterr().out
+
+
+def test_plot_without_matplotlib_is_refused(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit) as exc:
+        main(["--sweep", "--plot", "p.png", *COMMON])
+    assert exc.value.code == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
 
 
 def test_help_gives_units(capsys):

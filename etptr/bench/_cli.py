@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import sys
@@ -25,8 +26,8 @@ Checkpoint mode reads every tensor with the safetensors library, wraps each as
 a TensorPtr without copying (make_tensor_ptr(ndarray)), clones it to the GPU
 and back with clone_tensor_ptr_to, checks the round trip bit for bit, and
 times host operations (wrapping, views, resize, clone_tensor_ptr), the
-copies, and the per-call time of a 4-byte tensor up and down. Without CuPy or a CUDA device it says so in one line, runs the host
-parts, and exits 0.
+copies, and the per-call time of a 4-byte tensor up and down. Without CuPy
+or a CUDA device it says so in one line, runs the host parts, and exits 0.
 
 Rates are GB/s (1e9 bytes per second); sizes are in binary units (KiB, MiB,
 GiB). Every figure is the median (or, with --stat best, the fastest) of
@@ -119,6 +120,8 @@ def _check_args(parser, args):
     if args.sweep and args.line_rate_size != 256 * MiB:
         parser.error("--line-rate-size applies to checkpoint mode; the sweep measures the line "
                      "rate at every size")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib, which is not installed")
     if not args.sweep:
         given = [o for o, v in (("--quick", args.quick), ("--plot", args.plot),
                                 ("--max-size", args.max_size != 1 * GiB)) if v]

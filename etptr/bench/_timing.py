@@ -138,6 +138,35 @@ def measure(fn: Callable[[], object], *, repeats: int, warmup: int = 1, number: 
     return Timing(tuple(samples), nbytes=nbytes, count=count)
 
 
+class _NoBar:
+    """Stands in for a tqdm bar when tqdm is not installed or the bar is off."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, n=1):
+        return None
+
+    def set_postfix_str(self, s="", refresh=True):
+        return None
+
+
+def _progress_bar(total: int, desc: str, progress: bool):
+    """A tqdm bar on stderr, drawn only when stderr is a terminal (so logs stay clean);
+    a silent stand-in when ``progress`` is false or tqdm is not installed."""
+    if not progress:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, desc=desc, unit="run", leave=False, file=sys.stderr,
+                disable=None, dynamic_ncols=True)
+
+
 @dataclass
 class Case:
     """One operation to measure.
@@ -174,21 +203,18 @@ class Case:
 
 def run_cases(cases, *, repeats: int, warmup: int, progress: bool = True,
               desc: str = "etptr-bench") -> dict:
-    """Run every case under one tqdm progress bar (on stderr, when it is a terminal).
+    """Run every case under one tqdm progress bar (on stderr, when it is a terminal and
+    tqdm is installed).
 
     Returns
     -------
     dict
         ``{case.key: Timing}`` in the order of ``cases``.
     """
-    from tqdm import tqdm
-
     cases = list(cases)
     total = sum(warmup + (c.repeats or repeats) for c in cases)
     results = {}
-    # disable=None: drawn only when stderr is a terminal, so logs stay clean
-    with tqdm(total=total, desc=desc, unit="run", leave=False, file=sys.stderr,
-              disable=None if progress else True, dynamic_ncols=True) as bar:
+    with _progress_bar(total, desc, progress) as bar:
         for case in cases:
             bar.set_postfix_str(case.label, refresh=False)
             results[case.key] = measure(
