@@ -1,0 +1,94 @@
+"""CUDA support for etptr, over CuPy.
+
+:class:`CudaAllocator` serves ``DeviceType.CUDA``; it registers itself the
+first time the CUDA allocator is looked up, when CuPy imports and a CUDA
+device exists. Importing this package does not import CuPy: CuPy is imported
+on the first call that needs it.
+
+The copy engine's settings (threads T, slot bytes S, slots K, small-copy
+threshold) are process-wide (:func:`set_copy_config`), per thread for a block
+(:func:`copy_config`), or per call (keywords of
+:meth:`CudaAllocator.copy_host_to_device` / ``copy_device_to_host``).
+"""
+from contextlib import contextmanager
+
+from etptr._core._staging import (
+    DEFAULT_MAX_CACHED_BYTES,
+    PinnedBlock,
+    PinnedHostPool,
+    get_copy_config,
+    get_pinned_host_pool,
+    set_copy_config,
+    size_class,
+)
+from etptr._core import _staging as _staging_module
+from etptr.cuda._allocator import CUDA_MALLOC_ALIGNMENT, CudaAllocator
+
+__all__ = [
+    "CUDA_MALLOC_ALIGNMENT",
+    "CudaAllocator",
+    "DEFAULT_MAX_CACHED_BYTES",
+    "PinnedBlock",
+    "PinnedHostPool",
+    "copy_config",
+    "get_copy_config",
+    "get_pinned_host_pool",
+    "is_available",
+    "set_copy_config",
+    "size_class",
+]
+
+
+def is_available():
+    """is_available() -> bool
+
+    True when CuPy imports and at least one CUDA device is present.
+    """
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+@contextmanager
+def copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None):
+    """copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None)
+
+    Context manager: copies made by this thread inside the block use these
+    settings (None keeps the surrounding value). See :func:`set_copy_config`.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A value out of range.
+
+    Examples
+    --------
+    >>> import etptr.cuda
+    >>> with etptr.cuda.copy_config(threads=4):
+    ...     etptr.cuda.get_copy_config()["threads"]
+    4
+    """
+    _staging_module._push_config(threads, slot_bytes, slots, small_copy_bytes)
+    try:
+        yield
+    finally:
+        _staging_module._pop_config()
+
+
+def _autoregister():
+    """Register a :class:`CudaAllocator` when CuPy imports and a CUDA device exists.
+
+    Called once by the registry on the first lookup of ``DeviceType.CUDA``;
+    does nothing, silently, without CuPy or a device, or when an allocator is
+    already registered.
+    """
+    if not is_available():
+        return
+    from etptr._core._device_allocator import DeviceAllocatorRegistry
+    from etptr._core._error import InvalidStateError
+    try:
+        DeviceAllocatorRegistry.instance().register_allocator(CudaAllocator())
+    except InvalidStateError:
+        pass

@@ -1,0 +1,65 @@
+from libc.stdint cimport int64_t, intptr_t, uintptr_t
+
+cimport cython
+
+
+cdef class _Slab:
+    # One page-locked host allocation of ``size`` bytes (a size class).
+    cdef uintptr_t ptr
+    cdef int64_t size
+    cdef int dev              # device whose context allocated it
+    cdef intptr_t event       # 0, or a CUDA event on ``event_dev``
+    cdef int event_dev
+    cdef bint pending         # event recorded; the copy may still run
+
+
+cdef class PinnedBlock:
+    cdef _Slab c_slab
+    cdef object c_pool_ref    # weakref to the pool the slab goes back to
+    cdef int64_t c_nbytes
+
+
+cdef class PinnedHostPool:
+    cdef cython.pymutex c_lock
+    cdef dict c_free          # size class -> list of cached _Slab (newest last)
+    cdef dict c_order         # cached _Slab -> None, oldest first (eviction order)
+    cdef dict c_live          # address -> _Slab handed out
+    cdef int64_t c_limit
+    cdef int64_t c_in_use
+    cdef int64_t c_cached
+    cdef int64_t c_requested
+    cdef int64_t c_peak
+    cdef int64_t c_hits
+    cdef int64_t c_misses
+    cdef int64_t c_evictions
+    cdef int64_t c_failures
+    cdef object c_ref           # weakref to self, handed to blocks
+    cdef object __weakref__
+
+    cdef _Slab c_acquire(self, int64_t nbytes, int dev)
+    cdef _Slab _new_slab(self, int64_t size, int64_t nbytes, int dev)
+    cdef void _take(self, _Slab slab, int64_t nbytes, bint hit) noexcept
+    cdef int c_release(self, _Slab slab, int64_t nbytes) except -1
+    cdef _Slab c_find(self, uintptr_t address)
+    cdef PinnedBlock c_malloc(self, int64_t nbytes, int dev)
+
+
+cdef struct CopyConfig:
+    int threads
+    int64_t slot_bytes
+    int slots
+    int64_t small_bytes
+
+
+cdef int64_t c_size_class(int64_t nbytes) noexcept nogil
+cdef object c_cupy()
+cdef PinnedHostPool c_default_pool()
+cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,
+                  object small_bytes) except -1
+cdef int c_copy_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+                    CopyConfig* cfg) except -1
+cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+                    CopyConfig* cfg) except -1
+cdef intptr_t c_stream_handle(object stream) except? -1
+cdef int c_enter_device(int dev, int* saved) except -1
+cdef int c_exit_device(int dev, int* saved) except -1
