@@ -43,4 +43,5 @@ cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device devi
 cdef int c_dynamism_arg(object dynamism) except -1
 cdef int c_type_arg(object t, int default) except -1
 cdef object c_storage_array(TensorPtr t)
-cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device)
+cdef TensorPtr c_host_empty_pinned(Metadata meta, int type, int dynamism)
+cdef TensorPtr c_clone_tensor_ptr_to(TensorPtr tensor, object device, object stream, bint pinned)

@@ -9,7 +9,8 @@ computes them.
 """
 cimport cython
 cimport numpy as cnp
-from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
+from cpython.buffer cimport (
+    PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer)
 from cpython.long cimport PyLong_AsVoidPtr, PyLong_FromVoidPtr
 from cpython.number cimport PyNumber_Index
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uintptr_t
@@ -1007,7 +1008,7 @@ cdef TensorPtr _from_values_array(object arr, int target, int dynamism):
 cdef TensorPtr _place(TensorPtr t, Device device):
     if device.c_type == 0:
         return t
-    return clone_tensor_ptr_to(t, device)
+    return c_clone_tensor_ptr_to(t, device, None, True)
 
 
 def clone_tensor_ptr(TensorPtr tensor not None, type=None):
@@ -1116,8 +1117,72 @@ def resize_tensor_ptr(TensorPtr tensor not None, sizes):
     return None
 
 
-cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
-    """clone_tensor_ptr_to(tensor, device) -> TensorPtr
+cdef dict _kw_support = {}
+
+
+cdef bint _takes_keyword(object alloc, str method, str keyword) except -1:
+    """Whether ``type(alloc).method`` accepts ``keyword`` (or ``**kwargs``); cached per type."""
+    key = (type(alloc), method, keyword)
+    found = _kw_support.get(key)
+    if found is None:
+        import inspect
+        try:
+            params = inspect.signature(getattr(type(alloc), method)).parameters
+            found = keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        except (TypeError, ValueError, AttributeError):
+            found = False
+        _kw_support[key] = found
+    return found
+
+
+cdef int64_t _writable_address(object host, int64_t nbytes, str what) except? -1:
+    """Address of ``host``'s writable buffer of at least ``nbytes`` bytes."""
+    cdef Py_buffer view
+    cdef int64_t address
+    try:
+        PyObject_GetBuffer(host, &view, PyBUF_WRITABLE)
+    except TypeError as exc:
+        raise_error(Error.InvalidType,
+                    f"{what} returned {_tname(host)}, not an object with the buffer protocol")
+    except BufferError as exc:
+        raise_error(Error.InvalidArgument,
+                    f"{what} returned a read-only buffer ({_tname(host)}): {exc}")
+    try:
+        if view.len < nbytes:
+            raise_error(Error.InvalidArgument,
+                        f"{what} returned a buffer of {view.len} bytes; {nbytes} are needed")
+        address = <int64_t><uintptr_t>view.buf
+    finally:
+        PyBuffer_Release(&view)
+    return address
+
+
+cdef TensorPtr c_host_empty_pinned(Metadata meta, int type, int dynamism):
+    """Uninitialised page-locked host memory for ``meta``, from the CUDA allocator's pool."""
+    cdef int64_t esize = c_element_size(type)
+    cdef int64_t nbytes
+    cdef TensorPtr t
+    if meta.numel > INT64_MAX // esize:
+        raise_error(Error.InvalidArgument, "sizes: the byte count overflows int64")
+    nbytes = meta.numel * esize
+    alloc = c_get_allocator(1)
+    if alloc is None:
+        raise_error(Error.NotFound,
+                    "pinned=True: page-locked memory comes from the CUDA DeviceAllocator, and "
+                    "none is registered (install CuPy, or etptr.register_device_allocator your own)")
+    host = alloc.allocate_host(nbytes, -1)
+    if host is None:
+        if nbytes:
+            raise_error(Error.NotSupported,
+                        f"pinned=True: {_tname(alloc)}.allocate_host gives no page-locked memory")
+        return c_host_empty(meta, type, dynamism)
+    t = c_new_tensor(meta, type, dynamism, _CPU)
+    c_set_data(t, _writable_address(host, nbytes, f"{_tname(alloc)}.allocate_host"), host, False)
+    return t
+
+
+def clone_tensor_ptr_to(TensorPtr tensor, device, *, stream=None, pinned=True):
+    """clone_tensor_ptr_to(tensor, device, *, stream=None, pinned=True) -> TensorPtr
     --
 
     Copy ``tensor`` between the host and a device (ExecuTorch ``clone_tensor_ptr_to``).
@@ -1126,12 +1191,27 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
     device -> CPU through the source device's allocator. The result keeps
     sizes, dim_order, strides, scalar type and dynamism, owns its memory and
     frees it through the allocator when its last reference dies. A clone to
-    device index -1 gets the index actually used. Synchronous.
+    device index -1 gets the index actually used.
 
     Parameters
     ----------
     tensor : TensorPtr
     device : Device, DeviceType or str ("cpu", "cuda", "cuda:N")
+    stream : CUDA stream, optional
+        None (the default): synchronous, the result is complete on return.
+        A stream (an int handle, a CuPy or PyTorch stream, or any object with
+        ``__cuda_stream__``) of the device involved: the copy is queued on it
+        and may still run on return. Until that stream is synchronized the
+        caller must not read a CPU result, must not use a device result from
+        another stream, and must not write to or free a page-locked source
+        (a pageable source has been read when the call returns). Dropping the
+        result early is safe. Allocators whose ``allocate``/``copy_*``
+        methods take no ``stream`` keyword copy synchronously instead.
+    pinned : bool
+        Device -> CPU only: True (the default) puts the result in page-locked
+        memory from the allocator's ``allocate_host`` hook (one DMA at line
+        rate; the memory goes back to its pool when the result dies); False
+        gives pageable memory. Ignored for CPU -> device.
 
     Raises
     ------
@@ -1144,6 +1224,10 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
     MemoryAllocationError
         The allocator could not allocate.
     """
+    return c_clone_tensor_ptr_to(tensor, device, stream, pinned)
+
+
+cdef TensorPtr c_clone_tensor_ptr_to(TensorPtr tensor, object device, object stream, bint pinned):
     if tensor is None:
         raise_error(Error.InvalidArgument, "tensor must be a TensorPtr, got None")
     cdef Device dst = c_device(device, "device")
@@ -1151,6 +1235,7 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
     cdef int64_t nbytes = tensor.c_nbytes()
     cdef int64_t address
     cdef TensorPtr out
+    cdef bint use_stream = False
     if (src_dev.c_type == 0) == (dst.c_type == 0):
         raise_error(Error.NotSupported,
                     f"clone_tensor_ptr_to copies between the host and a device; {src_dev} -> "
@@ -1162,13 +1247,22 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
     if dst.c_type != 0:
         alloc = _allocator_for(dst, "device")
         index = alloc.resolve_index(dst.c_index)
-        ptr = alloc.allocate(nbytes, index, 8)
+        if stream is not None and nbytes:
+            use_stream = _takes_keyword(alloc, "copy_host_to_device", "stream")
+        if use_stream and _takes_keyword(alloc, "allocate", "stream"):
+            ptr = alloc.allocate(nbytes, index, 8, stream=stream)
+        else:
+            ptr = alloc.allocate(nbytes, index, 8)
         try:
             address = _address_from(ptr, f"{_tname(alloc)}.allocate", nbytes)
             out = c_like_tensor(tensor, tensor.c_type)
             out.c_device = c_make_device(dst.c_type, index)
             if nbytes:
-                alloc.copy_host_to_device(ptr, <uintptr_t>tensor.c_data, nbytes, index)
+                if use_stream:
+                    alloc.copy_host_to_device(ptr, <uintptr_t>tensor.c_data, nbytes, index,
+                                              stream=stream)
+                else:
+                    alloc.copy_host_to_device(ptr, <uintptr_t>tensor.c_data, nbytes, index)
         except BaseException:
             if isinstance(ptr, (int, np.integer)) and ptr:
                 alloc.deallocate(ptr, index)
@@ -1179,19 +1273,20 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
         return out
     alloc = _allocator_for(src_dev, "tensor.device")
     index = tensor.c_alloc_index if tensor.c_allocator is alloc else src_dev.c_index
-    host = alloc.allocate_host(nbytes, index)
+    host = alloc.allocate_host(nbytes, index) if pinned else None
     if host is None:
         host = _host_bytes(nbytes)
-    harr = _buffer_array(host)
-    if cnp.PyArray_NBYTES(harr) < nbytes or not cnp.PyArray_ISWRITEABLE(harr):
-        raise_error(Error.InvalidArgument,
-                    f"{_tname(alloc)}.allocate_host returned a buffer smaller than {nbytes} "
-                    f"bytes or read-only")
+    address = _writable_address(host, nbytes, f"{_tname(alloc)}.allocate_host")
     out = c_like_tensor(tensor, tensor.c_type)
     out.c_device = _CPU
-    c_set_data(out, <int64_t><uintptr_t>cnp.PyArray_DATA(harr), host, False)
+    c_set_data(out, address, host, False)
     if nbytes:
-        alloc.copy_device_to_host(<uintptr_t>out.c_data, <uintptr_t>tensor.c_data, nbytes, index)
+        if stream is not None and _takes_keyword(alloc, "copy_device_to_host", "stream"):
+            alloc.copy_device_to_host(<uintptr_t>out.c_data, <uintptr_t>tensor.c_data, nbytes,
+                                      index, stream=stream)
+        else:
+            alloc.copy_device_to_host(<uintptr_t>out.c_data, <uintptr_t>tensor.c_data, nbytes,
+                                      index)
     return out
 
 
@@ -1208,7 +1303,7 @@ def clone_tensor_ptr_to_device(TensorPtr tensor not None, device="cuda", device_
     if d.c_type == 0:
         raise_error(Error.NotSupported,
                     f"device={d}: clone_tensor_ptr_to_device copies to a device, not the CPU")
-    return clone_tensor_ptr_to(tensor, d)
+    return c_clone_tensor_ptr_to(tensor, d, None, True)
 
 
 def clone_tensor_ptr_to_cpu(TensorPtr tensor not None):
@@ -1217,4 +1312,4 @@ def clone_tensor_ptr_to_cpu(TensorPtr tensor not None):
 
     Copy a device tensor to the CPU. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
-    return clone_tensor_ptr_to(tensor, _CPU)
+    return c_clone_tensor_ptr_to(tensor, _CPU, None, True)

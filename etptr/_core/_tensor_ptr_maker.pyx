@@ -4,7 +4,11 @@
 ``full*``, ``zeros*``, ``ones*``, ``scalar_tensor``, ``rand*``, ``randn*`` and
 ``randint*`` allocate. Every function takes ``device=``: a device result is
 allocated through the registered :class:`DeviceAllocator` (and, for the
-filled makers, filled on the host and copied up).
+filled makers, filled on the host and copied up). ``pinned=True`` takes the
+host memory they allocate (the result for ``device="cpu"``, the staging
+buffer of a filled device result) from the CUDA allocator's page-locked pool
+(``allocate_host``), so that clones to the GPU go in one DMA; without a CUDA
+allocator it raises ``NotFoundError``.
 """
 cimport cython
 from libc.string cimport memset
@@ -15,7 +19,7 @@ from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
 from etptr._core._tensor_ptr cimport (
     Metadata, TensorPtr, c_device_empty, c_dynamism_arg, c_host_empty, c_metadata,
-    c_storage_array, c_type_arg, clone_tensor_ptr_to)
+    c_clone_tensor_ptr_to, c_host_empty_pinned, c_storage_array, c_type_arg)
 
 from etptr._core._error import Error
 from etptr._core._tensor_ptr import TensorShapeDynamism, make_tensor_ptr
@@ -128,20 +132,26 @@ def from_blob(data, sizes, type=6, *, dim_order=None, strides=None,
     return make_tensor_ptr(sizes, data, dim_order, strides, type, dynamism, deleter, device)
 
 
-cdef TensorPtr _empty(Metadata meta, int type, int dyn, Device device):
+cdef TensorPtr _host(Metadata meta, int type, int dyn, bint pinned):
+    if pinned:
+        return c_host_empty_pinned(meta, type, dyn)
+    return c_host_empty(meta, type, dyn)
+
+
+cdef TensorPtr _empty(Metadata meta, int type, int dyn, Device device, bint pinned):
     if device.c_type == 0:
-        return c_host_empty(meta, type, dyn)
+        return _host(meta, type, dyn, pinned)
     return c_device_empty(meta, type, dyn, device)
 
 
-cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object fill):
+cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object fill, bint pinned):
     """A host tensor filled by ``fill(flat storage array)``, then placed on ``device``."""
-    cdef TensorPtr t = c_host_empty(meta, type, dyn)
+    cdef TensorPtr t = _host(meta, type, dyn, pinned)
     if t.c_numel:
         fill(c_storage_array(t))
     if device.c_type == 0:
         return t
-    return clone_tensor_ptr_to(t, device)
+    return c_clone_tensor_ptr_to(t, device, None, True)
 
 
 cdef object _fill_value(object value, int type, str argname):
@@ -190,8 +200,8 @@ cdef Metadata _meta(sizes, strides):
 
 # ------------------------------------------------------------------ empty
 
-def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu"):
-    """empty(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """empty(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     An uninitialised, contiguous tensor (ExecuTorch ``empty``).
@@ -201,20 +211,23 @@ def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu"):
     sizes : sequence of int, length ndim
     type : ScalarType
     device : Device or str; a device tensor is allocated through the registry
+    pinned : bool; a CPU tensor in page-locked memory from the CUDA
+        allocator's pool (``allocate_host``), returned to the pool when it dies
 
     Raises
     ------
     InvalidArgumentError
-        Bad sizes. NotFoundError: no allocator for ``device``.
+        Bad sizes. NotFoundError: no allocator for ``device`` (or, with
+        ``pinned=True``, no CUDA allocator).
     MemoryAllocationError
         The memory could not be allocated.
     """
     return _empty(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                  c_device(device, "device"))
+                  c_device(device, "device"), pinned)
 
 
-def empty_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu"):
-    """empty_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def empty_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """empty_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     An uninitialised tensor with the layout ``strides`` (in elements) describe
@@ -222,11 +235,11 @@ def empty_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu"):
     dim_order, as in :func:`make_tensor_ptr`; else ``InvalidArgumentError``.
     """
     return _empty(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                  c_device(device, "device"))
+                  c_device(device, "device"), pinned)
 
 
-def empty_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
-    """empty_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
+def empty_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+    """empty_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     An uninitialised tensor with ``other``'s sizes and strides; ``type`` and
@@ -234,13 +247,13 @@ def empty_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=N
     """
     return _empty(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
                   c_dynamism_arg(dynamism),
-                  other.c_device if device is None else c_device(device, "device"))
+                  other.c_device if device is None else c_device(device, "device"), pinned)
 
 
 # ------------------------------------------------------------------ full / zeros / ones
 
-def full(sizes, fill_value, type=6, dynamism=_BOUND, *, device="cpu"):
-    """full(sizes, fill_value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def full(sizes, fill_value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """full(sizes, fill_value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     A contiguous tensor with every element ``fill_value`` cast to ``type``
@@ -253,22 +266,22 @@ def full(sizes, fill_value, type=6, dynamism=_BOUND, *, device="cpu"):
     NotSupportedError
         ``type`` has no host representation to fill (quantized, bits, ComplexHalf).
     """
-    return full_strided(sizes, None, fill_value, type, dynamism, device=device)
+    return full_strided(sizes, None, fill_value, type, dynamism, device=device, pinned=pinned)
 
 
-def full_strided(sizes, strides, fill_value, type=6, dynamism=_BOUND, *, device="cpu"):
-    """full_strided(sizes, strides, fill_value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def full_strided(sizes, strides, fill_value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """full_strided(sizes, strides, fill_value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     :func:`full` with the layout ``strides`` (in elements) describe (ExecuTorch ``full_strided``).
     """
     value = _fill_value(fill_value, 0, "fill_value")
     return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_with(value))
+                   c_device(device, "device"), _fill_with(value), pinned)
 
 
-def full_like(TensorPtr other not None, fill_value, type=None, dynamism=_BOUND, *, device=None):
-    """full_like(other, fill_value, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
+def full_like(TensorPtr other not None, fill_value, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+    """full_like(other, fill_value, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`full` with ``other``'s sizes and strides; ``type`` and ``device``
@@ -278,91 +291,91 @@ def full_like(TensorPtr other not None, fill_value, type=None, dynamism=_BOUND, 
     return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
                    c_dynamism_arg(dynamism),
                    other.c_device if device is None else c_device(device, "device"),
-                   _fill_with(value))
+                   _fill_with(value), pinned)
 
 
-def scalar_tensor(value, type=6, dynamism=_BOUND, *, device="cpu"):
-    """scalar_tensor(value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def scalar_tensor(value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """scalar_tensor(value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     A 0-dim tensor holding ``value`` cast to ``type`` (ExecuTorch ``scalar_tensor``).
     """
-    return full((), value, type, dynamism, device=device)
+    return full((), value, type, dynamism, device=device, pinned=pinned)
 
 
-def zeros(sizes, type=6, dynamism=_BOUND, *, device="cpu"):
-    """zeros(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def zeros(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """zeros(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     A contiguous tensor of zero bytes (ExecuTorch ``zeros``); works for every scalar type.
     """
     return _zeros(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                  c_device(device, "device"))
+                  c_device(device, "device"), pinned)
 
 
-def zeros_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
-    """zeros_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
+def zeros_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+    """zeros_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`zeros` with ``other``'s sizes and strides (ExecuTorch ``zeros_like``).
     """
     return _zeros(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
                   c_dynamism_arg(dynamism),
-                  other.c_device if device is None else c_device(device, "device"))
+                  other.c_device if device is None else c_device(device, "device"), pinned)
 
 
-cdef TensorPtr _zeros(Metadata meta, int type, int dyn, Device device):
-    cdef TensorPtr t = c_host_empty(meta, type, dyn)
+cdef TensorPtr _zeros(Metadata meta, int type, int dyn, Device device, bint pinned):
+    cdef TensorPtr t = _host(meta, type, dyn, pinned)
     if t.c_numel:
         memset(t.c_data, 0, t.c_nbytes())
     if device.c_type == 0:
         return t
-    return clone_tensor_ptr_to(t, device)
+    return c_clone_tensor_ptr_to(t, device, None, True)
 
 
-def ones(sizes, type=6, dynamism=_BOUND, *, device="cpu"):
-    """ones(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def ones(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """ones(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     A contiguous tensor of ones (ExecuTorch ``ones``).
     """
-    return full_strided(sizes, None, 1, type, dynamism, device=device)
+    return full_strided(sizes, None, 1, type, dynamism, device=device, pinned=pinned)
 
 
-def ones_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
-    """ones_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
+def ones_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+    """ones_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`ones` with ``other``'s sizes and strides (ExecuTorch ``ones_like``).
     """
-    return full_like(other, 1, type, dynamism, device=device)
+    return full_like(other, 1, type, dynamism, device=device, pinned=pinned)
 
 
 # ------------------------------------------------------------------ random
 
-def rand(sizes, type=6, dynamism=_BOUND, *, device="cpu"):
-    """rand(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def rand(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """rand(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     Uniform samples in [0, 1) cast to ``type`` (ExecuTorch ``rand``; an
     integral type therefore gives zeros).
     """
     return _filled(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_uniform)
+                   c_device(device, "device"), _fill_uniform, pinned)
 
 
-def rand_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu"):
-    """rand_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def rand_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """rand_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     :func:`rand` with the layout ``strides`` describe (ExecuTorch ``rand_strided``).
     """
     return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_uniform)
+                   c_device(device, "device"), _fill_uniform, pinned)
 
 
-def rand_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
-    """rand_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
+def rand_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+    """rand_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`rand` with ``other``'s sizes and strides (ExecuTorch ``rand_like``).
@@ -370,31 +383,31 @@ def rand_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=No
     return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
                    c_dynamism_arg(dynamism),
                    other.c_device if device is None else c_device(device, "device"),
-                   _fill_uniform)
+                   _fill_uniform, pinned)
 
 
-def randn(sizes, type=6, dynamism=_BOUND, *, device="cpu"):
-    """randn(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def randn(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """randn(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     Standard normal samples cast to ``type`` (ExecuTorch ``randn``).
     """
     return _filled(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_normal)
+                   c_device(device, "device"), _fill_normal, pinned)
 
 
-def randn_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu"):
-    """randn_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def randn_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """randn_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     :func:`randn` with the layout ``strides`` describe (ExecuTorch ``randn_strided``).
     """
     return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_normal)
+                   c_device(device, "device"), _fill_normal, pinned)
 
 
-def randn_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
-    """randn_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
+def randn_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+    """randn_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`randn` with ``other``'s sizes and strides (ExecuTorch ``randn_like``).
@@ -402,11 +415,11 @@ def randn_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=N
     return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
                    c_dynamism_arg(dynamism),
                    other.c_device if device is None else c_device(device, "device"),
-                   _fill_normal)
+                   _fill_normal, pinned)
 
 
-def randint(low, high, sizes, type=3, dynamism=_BOUND, *, device="cpu"):
-    """randint(low, high, sizes, type=ScalarType.Int, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def randint(low, high, sizes, type=3, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """randint(low, high, sizes, type=ScalarType.Int, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     Integers drawn uniformly from [low, high) cast to ``type`` (ExecuTorch ``randint``).
@@ -418,22 +431,22 @@ def randint(low, high, sizes, type=3, dynamism=_BOUND, *, device="cpu"):
     """
     _check_range(low, high)
     return _filled(_meta(sizes, None), c_type_arg(type, 3), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_ints(low, high))
+                   c_device(device, "device"), _fill_ints(low, high), pinned)
 
 
-def randint_strided(low, high, sizes, strides, type=3, dynamism=_BOUND, *, device="cpu"):
-    """randint_strided(low, high, sizes, strides, type=ScalarType.Int, dynamism=DYNAMIC_BOUND, *, device="cpu") -> TensorPtr
+def randint_strided(low, high, sizes, strides, type=3, dynamism=_BOUND, *, device="cpu", pinned=False):
+    """randint_strided(low, high, sizes, strides, type=ScalarType.Int, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
     --
 
     :func:`randint` with the layout ``strides`` describe (ExecuTorch ``randint_strided``).
     """
     _check_range(low, high)
     return _filled(_meta(sizes, strides), c_type_arg(type, 3), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_ints(low, high))
+                   c_device(device, "device"), _fill_ints(low, high), pinned)
 
 
-def randint_like(TensorPtr other not None, low, high, type=None, dynamism=_BOUND, *, device=None):
-    """randint_like(other, low, high, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
+def randint_like(TensorPtr other not None, low, high, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+    """randint_like(other, low, high, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`randint` with ``other``'s sizes and strides (ExecuTorch ``randint_like``).
@@ -442,4 +455,4 @@ def randint_like(TensorPtr other not None, low, high, type=None, dynamism=_BOUND
     return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
                    c_dynamism_arg(dynamism),
                    other.c_device if device is None else c_device(device, "device"),
-                   _fill_ints(low, high))
+                   _fill_ints(low, high), pinned)
