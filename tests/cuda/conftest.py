@@ -1,0 +1,121 @@
+"""Fixtures for the CUDA tests: CuPy and a device, or skip the whole directory.
+
+With ``ETPTR_FAKE_CUPY=1`` the tests run against ``tests/fakecupy.py`` (host
+memory standing in for the device), which exercises the copy engine's logic
+on machines without a GPU; tests that need real CuPy arrays skip there.
+"""
+import gc
+import importlib.util
+import os
+import pathlib
+
+import pytest
+
+import etptr
+from etptr._core import _staging
+from etptr.testing import use_allocator
+
+FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
+
+
+def _load_fakecupy():
+    path = pathlib.Path(__file__).resolve().parent.parent / "fakecupy.py"
+    spec = importlib.util.spec_from_file_location("etptr_tests_fakecupy", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _find_cupy():
+    if FAKE:
+        return _load_fakecupy().make(ndev=2), "fake CuPy (ETPTR_FAKE_CUPY=1)"
+    try:
+        import cupy
+    except ImportError as exc:
+        return None, f"CuPy is not installed ({exc})"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return None, f"no usable CUDA device ({exc})"
+    if n < 1:
+        return None, "no CUDA device"
+    return cupy, ""
+
+
+CP, WHY = _find_cupy()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cuda_session():
+    if CP is None:
+        pytest.skip(WHY)
+    if FAKE:
+        _staging._set_backend(CP)
+    yield
+    if FAKE:
+        _staging._set_backend(None)
+
+
+@pytest.fixture(autouse=True)
+def _allocator(_cuda_session):
+    """The CudaAllocator every test uses (the registered one on a real device)."""
+    from etptr.cuda import CudaAllocator
+    if FAKE:
+        a = CudaAllocator()
+        with use_allocator(a):
+            yield a
+    else:
+        a = etptr.get_device_allocator(etptr.DeviceType.CUDA)
+        assert isinstance(a, CudaAllocator)
+        yield a
+    gc.collect()
+
+
+@pytest.fixture
+def alloc(_allocator):
+    return _allocator
+
+
+@pytest.fixture
+def cp():
+    """CuPy, or the fake standing in for it."""
+    return CP
+
+
+@pytest.fixture
+def fake():
+    """The fake CuPy's state, or skip on a real device."""
+    if not FAKE:
+        pytest.skip("needs the fake CuPy (its call log and fault injection)")
+    CP.state.calls.clear()
+    CP.state.fail_memcpy_after = None
+    CP.state.fail_host_alloc = 0
+    return CP.state
+
+
+@pytest.fixture
+def real_cupy():
+    """Real CuPy with a device (interop tests), or skip under the fake."""
+    if FAKE:
+        pytest.skip("needs real CuPy arrays")
+    return CP
+
+
+@pytest.fixture
+def ndev():
+    return CP.cuda.runtime.getDeviceCount()
+
+
+@pytest.fixture
+def pool():
+    p = etptr.cuda.get_pinned_host_pool()
+    return p
+
+
+@pytest.fixture
+def device_used():
+    """used_bytes() of CuPy's memory pool on the current device, after a gc."""
+    def used():
+        gc.collect()
+        return CP.get_default_memory_pool().used_bytes()
+    return used

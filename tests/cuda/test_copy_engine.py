@@ -1,0 +1,397 @@
+"""The copy engine: pipelined H2D/D2H, page-locked paths, streams, faults, several GPUs."""
+import ctypes
+import gc
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+
+import etptr
+from etptr import DeviceType
+from etptr._core import _staging
+from etptr.cuda import copy_config
+
+CUDA = DeviceType.CUDA
+MiB = 1 << 20
+
+# small slots so that a few MiB already make a many-chunk pipeline
+SMALL = dict(threads=4, slot_bytes=256 * 1024, slots=3, small_copy_bytes=64 * 1024)
+
+
+def _payload(nbytes, seed=0):
+    return np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
+
+
+def _bytes(t):
+    return ctypes.string_at(t.data_ptr, t.nbytes)
+
+
+@pytest.fixture
+def hook():
+    yield
+    _staging._set_chunk_hook(None)
+
+
+def _h2d(fake):
+    return [c for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 1]
+
+
+def _d2h(fake):
+    return [c for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 2]
+
+
+# ------------------------------------------------------------------ correctness of each path
+
+@pytest.mark.parametrize("nbytes", [1, 4, 4095, 64 * 1024, 64 * 1024 + 1, 3 * MiB + 12345])
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned-result", "pageable-result"])
+def test_round_trip_sizes_across_paths(nbytes, pinned):
+    a = _payload(nbytes, seed=nbytes)
+    with copy_config(**SMALL):
+        d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+        h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=pinned)
+    assert _bytes(h) == a.tobytes()
+
+
+def test_default_config_large_round_trip():
+    a = _payload(40 * MiB + 7, seed=3)
+    d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+    for pinned in (True, False):
+        h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=pinned)
+        assert np.array_equal(h.numpy(), a)
+
+
+def test_pipeline_chunks_through_slots(fake, pool):
+    a = _payload(2 * MiB + 100)
+    with copy_config(**SMALL):
+        d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+    ups = _h2d(fake)
+    assert len(ups) == 9                            # ceil((2 MiB + 100) / 256 KiB)
+    assert all(c[4] for c in ups)                   # every DMA reads a pinned slot
+    assert sum(c[2] for c in ups) == a.nbytes
+    assert pool.stats()["in_use_bytes"] == 0        # slots went back
+    with copy_config(**SMALL):
+        h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
+    downs = _d2h(fake)
+    assert len(downs) == 9 and all(c[4] for c in downs)
+    assert np.array_equal(h.numpy(), a)
+
+
+def test_page_locked_source_goes_in_one_dma(fake):
+    src = etptr.empty([3 * MiB], etptr.ScalarType.Byte, pinned=True)
+    src.numpy()[:] = _payload(3 * MiB)
+    with copy_config(**SMALL):
+        d = etptr.clone_tensor_ptr_to(src, "cuda")
+    ups = _h2d(fake)
+    assert len(ups) == 1 and ups[0][2] == 3 * MiB and ups[0][4]
+    assert _bytes(etptr.clone_tensor_ptr_to(d, "cpu")) == src.numpy().tobytes()
+
+
+def test_small_copy_takes_one_call(fake):
+    d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([1.0, 2.0]), "cuda")
+    assert len(_h2d(fake)) == 1
+    h = etptr.clone_tensor_ptr_to(d, "cpu")
+    assert len(_d2h(fake)) == 1 and list(h.numpy()) == [1.0, 2.0]
+
+
+def test_d2h_default_result_is_page_locked(pool, cp):
+    d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(np.arange(1000.0)), "cuda")
+    before = pool.stats()["in_use_bytes"]
+    h = etptr.clone_tensor_ptr_to(d, "cpu")
+    assert pool.stats()["in_use_bytes"] == before + etptr.cuda.size_class(8000)
+    assert cp.cuda.runtime.pointerGetAttributes(h.data_ptr).type == 1   # cudaMemoryTypeHost
+    assert h.numpy().flags.writeable
+    np.testing.assert_array_equal(h.numpy(), np.arange(1000.0))
+    del h
+    gc.collect()
+    assert pool.stats()["in_use_bytes"] == before
+
+
+def test_d2h_pageable_result_is_not_from_pool(pool):
+    d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(np.arange(100.0)), "cuda")
+    before = pool.stats()["in_use_bytes"]
+    h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
+    assert pool.stats()["in_use_bytes"] == before
+    np.testing.assert_array_equal(h.numpy(), np.arange(100.0))
+
+
+def test_pinned_makers_come_from_pool(pool, cp):
+    before = pool.stats()["in_use_bytes"]
+    t = etptr.zeros([1000], pinned=True)
+    assert pool.stats()["in_use_bytes"] > before
+    assert cp.cuda.runtime.pointerGetAttributes(t.data_ptr).type == 1
+    assert not t.numpy().any()
+    f = etptr.full([10], 4.0, pinned=True, device="cuda")
+    np.testing.assert_array_equal(etptr.clone_tensor_ptr_to(f, "cpu").numpy(), np.full(10, 4.0))
+    del t
+    gc.collect()
+    assert pool.stats()["in_use_bytes"] == before
+
+
+def test_per_call_settings(alloc, device_used):
+    a = _payload(MiB)
+    ptr = alloc.allocate(a.nbytes, 0)
+    try:
+        alloc.copy_host_to_device(ptr, a.ctypes.data, a.nbytes, 0, threads=2,
+                                  slot_bytes=64 * 1024, slots=2, small_copy_bytes=0)
+        out = np.empty_like(a)
+        alloc.copy_device_to_host(out.ctypes.data, ptr, a.nbytes, 0, threads=3,
+                                  slot_bytes=100_000, slots=4, small_copy_bytes=0)
+        assert np.array_equal(out, a)
+        with pytest.raises(etptr.InvalidArgumentError, match="slots=0"):
+            alloc.copy_host_to_device(ptr, a.ctypes.data, a.nbytes, 0, slots=0)
+        with pytest.raises(etptr.InvalidArgumentError, match="src=0"):
+            alloc.copy_host_to_device(ptr, 0, a.nbytes, 0)
+    finally:
+        alloc.deallocate(ptr, 0)
+
+
+# ------------------------------------------------------------------ stream-ordered form
+
+def test_stream_ordered_round_trip(real_cupy):
+    cupy = real_cupy
+    s = cupy.cuda.Stream(non_blocking=True)
+    a = _payload(5 * MiB + 3)
+    d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda", stream=s)
+    h = etptr.clone_tensor_ptr_to(d, "cpu", stream=s)
+    s.synchronize()
+    assert np.array_equal(h.numpy(), a)
+    # an int handle works too, and small copies
+    h2 = etptr.clone_tensor_ptr_to(
+        etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([1, 2]), "cuda", stream=s.ptr),
+        "cpu", stream=s.ptr)
+    s.synchronize()
+    assert list(h2.numpy()) == [1, 2]
+
+
+def test_stream_ordered_after_kernel_on_stream(real_cupy):
+    cupy = real_cupy
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.arange(1 << 20, dtype=cupy.float32) * 2
+    t = etptr.make_tensor_ptr(x.shape, x.data.ptr, type=etptr.ScalarType.Float, device="cuda",
+                              deleter=lambda p, keep=x: None)
+    h = etptr.clone_tensor_ptr_to(t, "cpu", stream=s)
+    s.synchronize()
+    np.testing.assert_array_equal(h.numpy(), np.arange(1 << 20, dtype=np.float32) * 2)
+
+
+def test_sync_clone_orders_after_current_stream(real_cupy):
+    cupy = real_cupy
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.zeros(1 << 22, dtype=cupy.float32)
+        x += 1                      # queued on s
+        t = etptr.make_tensor_ptr(x.shape, x.data.ptr, type=etptr.ScalarType.Float,
+                                  device="cuda", deleter=lambda p, keep=x: None)
+        h = etptr.clone_tensor_ptr_to(t, "cpu")     # synchronous: must see the += 1
+    assert (h.numpy() == 1).all()
+
+
+def test_stream_fallback_for_allocators_without_stream_keyword():
+    from etptr.testing import HostDeviceAllocator, use_allocator
+    a = HostDeviceAllocator()
+    with use_allocator(a):
+        d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([1.0, 2.0]), "cuda", stream=7)
+        h = etptr.clone_tensor_ptr_to(d, "cpu", stream=7, pinned=False)
+    assert list(h.numpy()) == [1.0, 2.0]
+    assert a.h2d_count == 1 and a.d2h_count == 1
+
+
+# ------------------------------------------------------------------ faults
+
+def _usage(pool, device_used):
+    s = pool.stats()
+    return device_used(), s["in_use_bytes"], s["blocks_in_use"]
+
+
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_interrupt_between_chunks_releases_everything(direction, hook, pool, device_used):
+    a = _payload(4 * MiB)
+    t = etptr.make_tensor_ptr(a)
+    d = etptr.clone_tensor_ptr_to(t, "cuda") if direction == "d2h" else None
+    base = _usage(pool, device_used)
+
+    def interrupt(where, i):
+        if where == direction and i == 2:
+            raise KeyboardInterrupt
+
+    _staging._set_chunk_hook(interrupt)
+    with copy_config(**SMALL), pytest.raises(KeyboardInterrupt):
+        if direction == "h2d":
+            etptr.clone_tensor_ptr_to(t, "cuda")
+        else:
+            etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
+    _staging._set_chunk_hook(None)
+    assert _usage(pool, device_used) == base
+    # the engine still works afterwards
+    with copy_config(**SMALL):
+        back = etptr.clone_tensor_ptr_to(etptr.clone_tensor_ptr_to(t, "cuda"), "cpu")
+    assert np.array_equal(back.numpy(), a)
+
+
+def test_cuda_error_mid_copy_releases_everything(fake, pool, device_used):
+    a = _payload(2 * MiB)
+    base = _usage(pool, device_used)
+    fake.fail_memcpy_after = 3
+    with copy_config(**SMALL), pytest.raises(etptr.EtError, match="host->device copy") as ei:
+        etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+    fake.fail_memcpy_after = None
+    assert ei.value.error == etptr.Error.Internal
+    assert _usage(pool, device_used) == base
+
+
+def test_out_of_device_memory_leaves_pool_and_device_at_baseline(alloc, pool, device_used):
+    base = _usage(pool, device_used)
+    with pytest.raises(etptr.MemoryAllocationError):
+        etptr.empty([1 << 50], etptr.ScalarType.Byte, device="cuda")
+    assert _usage(pool, device_used) == base
+
+
+def test_pinning_failure_frees_cache_and_retries(fake, pool):
+    pool.empty_cache()
+    keep = pool.malloc(10 * MiB)
+    del keep                                         # one cached block
+    assert pool.stats()["cached_bytes"] > 0
+    fake.fail_host_alloc = 1
+    b = pool.malloc(3 * MiB + 1)                     # fails once, cache freed, retried
+    assert pool.stats()["cached_bytes"] == 0 and b.nbytes == 3 * MiB + 1
+    fake.fail_host_alloc = 2
+    failures = pool.stats()["failures"]
+    with pytest.raises(etptr.MemoryAllocationError, match="could not pin"):
+        pool.malloc(5 * MiB + 1)
+    assert pool.stats()["failures"] == failures + 1
+
+
+# ------------------------------------------------------------------ many clones, threads
+
+def test_thousand_small_clones_hold_bounded_pinned_memory(pool, device_used):
+    base_dev = device_used()
+    gc.collect()
+    pool.reset_peak()
+    start = pool.stats()
+    src = etptr.make_tensor_ptr(np.arange(256.0))
+    for i in range(1000):
+        h = etptr.clone_tensor_ptr_to(etptr.clone_tensor_ptr_to(src, "cuda"), "cpu")
+    np.testing.assert_array_equal(h.numpy(), np.arange(256.0))
+    del h
+    gc.collect()
+    s = pool.stats()
+    assert s["in_use_bytes"] == start["in_use_bytes"]
+    assert s["held_bytes"] <= s["max_cached_bytes"] + s["in_use_bytes"]
+    # the result blocks are reused: at most two new ones, however many clones
+    assert s["misses"] - start["misses"] <= 2
+    assert s["hits"] - start["hits"] >= 998
+    assert s["peak_bytes"] <= start["held_bytes"] + 2 * etptr.cuda.size_class(2048)
+    assert device_used() == base_dev
+
+
+def test_concurrent_uploads_from_threads():
+    arrays = [_payload(3 * MiB + i, seed=i) for i in range(6)]
+    results = [None] * len(arrays)
+    errors = []
+
+    def work(i):
+        try:
+            with copy_config(**SMALL):
+                d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(arrays[i]), "cuda")
+                results[i] = etptr.clone_tensor_ptr_to(d, "cpu", pinned=bool(i % 2))
+        except BaseException as exc:      # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(arrays))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    for a, r in zip(arrays, results):
+        assert np.array_equal(r.numpy(), a)
+
+
+# ------------------------------------------------------------------ devices and contexts
+
+def test_caller_device_is_restored(cp, ndev):
+    if ndev < 2:
+        pytest.skip("needs two CUDA devices")
+    cp.cuda.runtime.setDevice(1)
+    try:
+        d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([1.0]), "cuda:0")
+        assert cp.cuda.runtime.getDevice() == 1
+        assert d.device.index == 0
+        d1 = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([2.0]), etptr.Device(CUDA, -1))
+        assert d1.device.index == 1
+        assert list(etptr.clone_tensor_ptr_to(d1, "cpu").numpy()) == [2.0]
+        assert cp.cuda.runtime.getDevice() == 1
+    finally:
+        cp.cuda.runtime.setDevice(0)
+
+
+def test_second_gpu_round_trip(ndev):
+    if ndev < 2:
+        pytest.skip("needs two CUDA devices")
+    a = _payload(3 * MiB + 5)
+    d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda:1")
+    assert d.device == etptr.Device(CUDA, 1)
+    for pinned in (True, False):
+        assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu", pinned=pinned).numpy(), a)
+
+
+def test_no_context_on_gpu0_when_only_gpu1_is_named_fake(fake, cp):
+    import importlib.util
+    import pathlib
+    from etptr.cuda import CudaAllocator
+    from etptr.testing import use_allocator
+    path = pathlib.Path(__file__).resolve().parent.parent / "fakecupy.py"
+    spec = importlib.util.spec_from_file_location("etptr_tests_fakecupy_fresh", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fresh = mod.make(ndev=2)
+    pool = etptr.cuda.PinnedHostPool()
+    shared = etptr.cuda.get_pinned_host_pool()
+    shared.empty_cache()                     # its blocks belong to the other fake
+    try:
+        _staging._set_backend(fresh)
+        with use_allocator(CudaAllocator()), copy_config(**SMALL):
+            a = _payload(MiB + 3)
+            d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda:1")
+            for pinned in (True, False):
+                h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=pinned)
+                assert np.array_equal(h.numpy(), a)
+            del d, h
+            blk = pool.malloc(1000, 1)
+            del blk
+            pool.empty_cache()
+            shared.empty_cache()
+        assert fresh.state.contexts == {1}
+    finally:
+        shared.empty_cache()
+        _staging._set_backend(cp)
+
+
+CHILD = textwrap.dedent("""
+    import ctypes, sys
+    import numpy as np
+    import etptr
+    a = np.arange(1 << 20, dtype=np.float32)
+    d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda:1")
+    h = etptr.clone_tensor_ptr_to(d, "cpu")
+    assert np.array_equal(h.numpy(), a)
+    h2 = etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
+    del d, h, h2
+    cuda = ctypes.CDLL("libcuda.so.1")
+    flags, active = ctypes.c_uint(), ctypes.c_int()
+    assert cuda.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active)) == 0
+    print("ACTIVE0", active.value)
+""")
+
+
+def test_no_context_on_gpu0_when_only_gpu1_is_named(real_cupy, ndev):
+    if ndev < 2:
+        pytest.skip("needs two CUDA devices")
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "ACTIVE0 0" in out.stdout
