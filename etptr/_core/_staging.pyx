@@ -58,8 +58,8 @@ def _cpu_count():
 # Defaults measured on an H200 host (PCIe Gen5 x16, 16 cores): bench/sweep_copy.py
 # and its output bench/sweep_copy.txt. Threads never exceed the CPUs this process may use.
 cdef CopyConfig _cfg
-_cfg.threads = min(8, _cpu_count())
-_cfg.slot_bytes = 8 << 20
+_cfg.threads = min(16, _cpu_count())
+_cfg.slot_bytes = 16 << 20
 _cfg.slots = 3
 _cfg.small_bytes = 256 << 10
 _tls = threading.local()
@@ -70,6 +70,7 @@ cdef object _cp = None      # the cupy module (or a stand-in set by _set_backend
 cdef object _rt = None      # its cuda.runtime
 cdef object _drv = None     # its cuda.driver
 cdef object _CudaError = None
+cdef object _current_stream = None   # cupy.cuda.get_current_stream
 
 
 cdef object c_cupy():
@@ -87,16 +88,17 @@ cdef object c_cupy():
 
 def _set_backend(module):
     """Use ``module`` as CuPy (None: import CuPy again on next use). For tests."""
-    global _cp, _rt, _drv, _CudaError
+    global _cp, _rt, _drv, _CudaError, _current_stream
     with _engines_lock:
         _engines.clear()
     if module is None:
-        _cp = _rt = _drv = _CudaError = None
+        _cp = _rt = _drv = _CudaError = _current_stream = None
         return
     _cp = module
     _rt = module.cuda.runtime
     _drv = module.cuda.driver
     _CudaError = module.cuda.runtime.CUDARuntimeError
+    _current_stream = module.cuda.get_current_stream
     try:
         _rt.getDeviceCount()      # initialises the driver (no context) before ctxGetCurrent
     except Exception:
@@ -105,17 +107,20 @@ def _set_backend(module):
 
 cdef int c_enter_device(int dev, int* saved) except -1:
     """Make ``dev`` current; ``saved`` (2 ints) records what to restore."""
+    saved[0] = 0
     saved[1] = 0
-    saved[0] = _rt.getDevice()
-    if saved[0] == dev:
-        return 0      # already current (or the runtime's default, which the caller named)
     if _drv.ctxGetCurrent() == 0:
         # No context is current: restore exactly that afterwards, so that no
         # context appears on device 0 when the caller only ever named another.
+        # (cudaGetDevice may still answer ``dev`` here: only a current context
+        # proves the runtime will not pick a device of its own.)
+        _rt.setDevice(dev)
         saved[1] = 2
-    else:
+        return 0
+    saved[0] = _rt.getDevice()
+    if saved[0] != dev:
+        _rt.setDevice(dev)
         saved[1] = 1
-    _rt.setDevice(dev)
     return 0
 
 
@@ -973,7 +978,7 @@ cdef int c_copy_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, objec
     try:
         try:
             if sync:
-                cur = _cp.cuda.get_current_stream().ptr
+                cur = _current_stream().ptr
                 if cur == 0 and _small_mode == 2 and nbytes <= cfg.small_bytes:
                     # the legacy default stream orders this after the caller's work
                     _rt.memcpy(dst, src, nbytes, _H2D)
@@ -1028,7 +1033,7 @@ cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, objec
     try:
         try:
             if sync:
-                cur = _cp.cuda.get_current_stream().ptr
+                cur = _current_stream().ptr
                 if cur == 0 and _small_mode == 2 and nbytes <= cfg.small_bytes:
                     # the legacy default stream orders this after the caller's work
                     _rt.memcpy(dst, src, nbytes, _D2H)

@@ -6,9 +6,13 @@ device exists. Importing this package does not import CuPy: CuPy is imported
 on the first call that needs it.
 
 The copy engine's settings (threads T, slot bytes S, slots K, small-copy
-threshold) are process-wide (:func:`set_copy_config`), per thread for a block
-(:func:`copy_config`), or per call (keywords of
-:meth:`CudaAllocator.copy_host_to_device` / ``copy_device_to_host``).
+threshold) are process-wide (:func:`set_copy_config`, or the environment
+variable ``ETPTR_COPY_CONFIG="threads=16,slot_bytes=16777216,slots=3"`` read on
+first import), per thread for a block (:func:`copy_config`), or per call
+(keywords of :meth:`CudaAllocator.copy_host_to_device` / ``copy_device_to_host``).
+The defaults (16 threads at most, 16 MiB slots, 3 slots, 256 KiB small-copy
+threshold) come from ``bench/sweep_copy.py`` on an H200 host (PCIe Gen5 x16);
+its output is ``bench/sweep_copy.txt``.
 """
 from contextlib import contextmanager
 

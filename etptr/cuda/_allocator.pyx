@@ -25,6 +25,8 @@ CUDA_MALLOC_ALIGNMENT = 256
 
 
 cdef int64_t _count(object v, str argname) except -1:
+    if type(v) is int and 0 <= <object>v <= INT64_MAX:
+        return v
     if isinstance(v, bool):
         raise_error(Error.InvalidType, f"{argname}={v!r} must be an int")
     try:
@@ -102,6 +104,8 @@ cdef class CudaAllocator(DeviceAllocator):
     cdef int c_index(self, object index) except -2:
         """A validated device index: -1 (current) or 0..device count-1."""
         cdef int64_t i
+        if type(index) is int and 0 <= <object>index < self.c_ndev:
+            return <int>index
         if isinstance(index, bool):
             raise_error(Error.InvalidType, f"index={index!r} must be an int")
         try:
@@ -217,6 +221,8 @@ cdef class CudaAllocator(DeviceAllocator):
             ``ptr`` was not allocated by this allocator, or was freed already.
         """
         cdef int64_t p = _count(ptr, "ptr")
+        cdef int dev
+        cdef int saved[2]
         if p == 0:
             return
         mem = self.c_blocks.pop(p, None)
@@ -224,7 +230,14 @@ cdef class CudaAllocator(DeviceAllocator):
             raise_error(Error.InvalidArgument,
                         f"ptr={p:#x} (index={index}) was not allocated by this CudaAllocator "
                         f"or was freed already")
-        mem = None
+        # CuPy's pool may switch devices while freeing; with the owning device
+        # current it has no reason to (and no context appears on another device).
+        dev = mem.device_id
+        c_enter_device(dev, saved)
+        try:
+            mem = None
+        finally:
+            c_exit_device(dev, saved)
 
     def copy_host_to_device(self, dst, src, nbytes, index, *, stream=None, threads=None,
                             slot_bytes=None, slots=None, small_copy_bytes=None):
