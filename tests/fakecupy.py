@@ -4,7 +4,7 @@ It lets the copy engine, the pinned pool and CudaAllocator run on machines
 without a GPU: "device" memory and page-locked memory are ordinary host
 buffers, copies happen at once, streams and events are bookkeeping. It also
 models what the real runtime does that tests care about: a CUDA call made
-while no context is current creates one on device 0, ``setDevice`` creates
+while no context is current creates one (on device 0 here), ``setDevice`` creates
 one on the device it names, allocations past a device's capacity fail, and
 failures can be injected (``fail_memcpy_after``, ``fail_host_alloc``).
 
@@ -73,11 +73,12 @@ def make(ndev=2, device_bytes=1 << 30):
         return getattr(state.tls, "ctx", None)
 
     def _need_context():
-        # the runtime creates a context on the selected device (0 by default) on first use
+        # A call that needs a context while none is current gets one from the runtime;
+        # modelled pessimistically as device 0's, whatever cudaSetDevice said before
+        # (code that names a device must make it current itself).
         if _current() is None:
-            d = getattr(state.tls, "dev", 0)
-            state.contexts.add(d)
-            state.tls.ctx = d
+            state.contexts.add(0)
+            state.tls.ctx = 0
         return state.tls.ctx
 
     rt = types.SimpleNamespace()

@@ -16,7 +16,9 @@ from etptr._core._device_allocator import _replace_allocator
 from etptr.testing import HostDeviceAllocator, use_allocator
 
 HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parent
+# the etptr under test (compiled in place or installed): children import the same one,
+# from a neutral working directory so that an uncompiled checkout cannot shadow it
+SITE = str(pathlib.Path(etptr.__file__).resolve().parent.parent)
 
 
 class StreamAllocator(etptr.DeviceAllocator):
@@ -195,36 +197,40 @@ def test_pool_cap_validation():
 
 # ------------------------------------------------------------------ processes
 
-def _run(code, **env):
-    e = dict(os.environ, PYTHONPATH=str(ROOT), **env)
+def _env(**extra):
+    path = os.pathsep.join(p for p in (SITE, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def _run(code, tmp_path, **env):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=str(ROOT), env=e, timeout=300)
+                          cwd=str(tmp_path), env=_env(**env), timeout=300)
 
 
-def test_import_etptr_never_imports_cupy():
+def test_import_etptr_never_imports_cupy(tmp_path):
     out = _run("import sys, etptr, etptr.cuda, etptr.testing\n"
                "t = etptr.zeros([2]); etptr.cuda.get_copy_config()\n"
-               "print('cupy' in sys.modules)")
+               "print('cupy' in sys.modules)", tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
 
 
-def test_cuda_suite_against_fake_cupy():
+def test_cuda_suite_against_fake_cupy(tmp_path):
     """tests/cuda run against host memory standing in for the GPU (copy engine logic)."""
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "cuda")],
-        capture_output=True, text=True, cwd=str(ROOT), timeout=600,
-        env=dict(os.environ, ETPTR_FAKE_CUPY="1", PYTHONPATH=str(ROOT)))
+        capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
+        env=_env(ETPTR_FAKE_CUPY="1"))
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and " failed" not in out.stdout
 
 
-def test_copy_config_from_environment():
+def test_copy_config_from_environment(tmp_path):
     code = "import etptr.cuda; print(sorted(etptr.cuda.get_copy_config().items()))"
-    out = _run(code, ETPTR_COPY_CONFIG="threads=3, slot_bytes=0x100000,slots=5")
+    out = _run(code, tmp_path, ETPTR_COPY_CONFIG="threads=3, slot_bytes=0x100000,slots=5")
     assert out.returncode == 0, out.stderr
     assert "('slot_bytes', 1048576)" in out.stdout and "('slots', 5)" in out.stdout
     assert "('threads', 3)" in out.stdout
-    bad = _run("import warnings; warnings.simplefilter('always')\n" + code,
+    bad = _run("import warnings; warnings.simplefilter('always')\n" + code, tmp_path,
                ETPTR_COPY_CONFIG="threads=zero")
     assert bad.returncode == 0 and "ignoring ETPTR_COPY_CONFIG" in bad.stderr

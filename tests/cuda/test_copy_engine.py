@@ -391,7 +391,12 @@ CHILD = textwrap.dedent("""
 def test_no_context_on_gpu0_when_only_gpu1_is_named(real_cupy, ndev):
     if ndev < 2:
         pytest.skip("needs two CUDA devices")
+    import os
+    import pathlib
+    site = str(pathlib.Path(etptr.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (site, os.environ.get("PYTHONPATH")) if p))
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert "ACTIVE0 0" in out.stdout
