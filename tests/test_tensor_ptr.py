@@ -305,6 +305,17 @@ class TestBuffers:
             etptr.make_tensor_ptr([1], data)
         assert str(info.value).startswith(fragment)
 
+    @pytest.mark.parametrize("dtype", [object, [("a", "i8"), ("b", "O")]], ids=["object", "struct-with-object"])
+    def test_object_arrays_are_never_aliased(self, dtype):
+        # Regression: with type= the array's PyObject pointers were aliased as Long, and
+        # writing through the tensor corrupted them (segfault on teardown).
+        a = np.zeros(2, dtype=dtype)
+        for kwargs in ({"type": ST.Long}, {"type": ST.Byte}, {}):
+            with pytest.raises(etptr.InvalidTypeError) as info:
+                etptr.make_tensor_ptr([2], a, **kwargs)
+            assert str(info.value).startswith("data: an array of dtype")
+            assert "Python objects" in str(info.value)
+
     def test_tensor_as_data_points_to_the_alias_overload(self):
         src = etptr.make_tensor_ptr([1.0])
         with pytest.raises(etptr.InvalidTypeError) as info:

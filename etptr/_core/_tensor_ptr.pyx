@@ -801,6 +801,11 @@ cdef TensorPtr _alias_buffer(object sizes, object data, object dim_order, object
     cdef Metadata meta
     cdef int64_t need, have
     cdef TensorPtr t
+    if arr.dtype.hasobject:
+        # its memory is PyObject pointers: writing through a tensor would corrupt them
+        raise_error(Error.InvalidType,
+                    f"data: an array of dtype {arr.dtype} holds Python objects, which a "
+                    f"tensor cannot alias; convert it to a numeric dtype first")
     if not (cnp.PyArray_IS_C_CONTIGUOUS(arr) or cnp.PyArray_IS_F_CONTIGUOUS(arr)):
         raise_error(Error.InvalidArgument,
                     f"data: the buffer is not contiguous (strides {(<object>arr).strides}); with explicit "
