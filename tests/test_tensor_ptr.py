@@ -14,6 +14,8 @@ from etptr import Device, DeviceType
 from etptr import ScalarType as ST
 from etptr import TensorShapeDynamism as Dyn
 
+from tests._helpers import run_isolated
+
 BOUND = Dyn.DYNAMIC_BOUND
 
 
@@ -1033,8 +1035,8 @@ class TestCloneToDevice:
         assert bytes(blocks[0][:12]) == np.array([1.0, 2.0, 3.0], np.float32).tobytes()
 
     @pytest.mark.parametrize("host, cls, fragment", [
-        (lambda n: bytes(n), etptr.InvalidArgumentError, "smaller than 12 bytes or read-only"),
-        (lambda n: bytearray(n - 1), etptr.InvalidArgumentError, "smaller than 12 bytes or read-only"),
+        (lambda n: bytes(n), etptr.InvalidArgumentError, "smaller than 12 bytes, read-only or not contiguous"),
+        (lambda n: bytearray(n - 1), etptr.InvalidArgumentError, "smaller than 12 bytes, read-only"),
         (lambda n: 42, etptr.InvalidTypeError, "buffer protocol"),
     ])
     def test_allocate_host_bad_buffers(self, py_alloc, host, cls, fragment):
@@ -1044,6 +1046,34 @@ class TestCloneToDevice:
             etptr.clone_tensor_ptr_to(d, "cpu")
         assert fragment in str(info.value)
         assert py_alloc.named("d2h") == []
+
+    @pytest.mark.parametrize("host", [
+        "np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), (n,), (0,))",
+        "np.zeros(n, np.uint8)[::-1]",
+        "np.zeros(2 * n, np.uint8)[::2]",
+    ], ids=["zero-stride", "reversed", "gapped"])
+    def test_allocate_host_must_be_contiguous(self, host):
+        # Regression: only the logical size of the buffer was checked, and the device->host
+        # copy wrote nbytes contiguous bytes from its first element: a heap overflow.
+        proc = run_isolated(f"""
+            import numpy as np, etptr
+            from etptr.testing import use_allocator
+            from tests._helpers import PyAllocator
+            alloc = PyAllocator()
+            with use_allocator(alloc):
+                d = etptr.clone_tensor_ptr_to(etptr.zeros([1 << 14]), "cuda")
+                alloc.host_buffer = lambda n: {host}
+                try:
+                    etptr.clone_tensor_ptr_to(d, "cpu")
+                except etptr.InvalidArgumentError as e:
+                    print(type(e).__name__, str(e))
+                print("d2h calls", len(alloc.named("d2h")))
+        """)
+        assert proc.returncode == 0, proc.stderr
+        first, second = proc.stdout.splitlines()
+        assert first == ("InvalidArgumentError PyAllocator.allocate_host returned a buffer smaller "
+                         "than 65536 bytes, read-only or not contiguous")
+        assert second == "d2h calls 0"
 
     def test_labelled_memory_not_from_the_allocator(self, host_alloc):
         buf = f32(4)

@@ -1188,10 +1188,11 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
     if host is None:
         host = _host_bytes(nbytes)
     harr = _buffer_array(host)
-    if cnp.PyArray_NBYTES(harr) < nbytes or not cnp.PyArray_ISWRITEABLE(harr):
+    if (cnp.PyArray_NBYTES(harr) < nbytes or not cnp.PyArray_ISWRITEABLE(harr)
+            or not cnp.PyArray_IS_C_CONTIGUOUS(harr)):
         raise_error(Error.InvalidArgument,
                     f"{_tname(alloc)}.allocate_host returned a buffer smaller than {nbytes} "
-                    f"bytes or read-only")
+                    f"bytes, read-only or not contiguous")
     out = c_like_tensor(tensor, tensor.c_type)
     out.c_device = _CPU
     c_set_data(out, <int64_t><uintptr_t>cnp.PyArray_DATA(harr), host, False)
