@@ -54,6 +54,75 @@ def test_deleter_and_captures_released_after_running():
     assert ref() is None and deleter_ref() is None
 
 
+class _BoxDeleter:
+    """A deleter object that holds its tensor: tensor -> deleter -> box -> tensor."""
+
+    def __init__(self, calls):
+        self.calls = calls
+        self.box = []
+
+    def __call__(self, ptr):
+        self.calls.append((ptr, len(self.box)))  # reaches into the cycle being collected
+
+
+def test_cycle_through_the_deleter_is_collected():
+    buf, addr = raw()
+    calls = []
+    deleter = _BoxDeleter(calls)
+    t = etptr.make_tensor_ptr([8], addr, deleter=deleter)
+    deleter.box.append(t)
+    tref = weakref.ref(t)
+    del t, deleter
+    assert calls == []  # only the cycle collector can free it
+    gc.collect()
+    assert tref() is None
+    assert calls == [(addr, 1)]
+
+
+def test_cycle_where_the_deleter_refers_to_the_tensor_itself():
+    buf, addr = raw()
+    calls = []
+    holder = {}
+
+    def deleter(ptr, holder=holder):
+        calls.append((ptr, "t" in holder))  # the cycle is still intact when the deleter runs
+
+    t = etptr.make_tensor_ptr([8], addr, deleter=deleter)
+    holder["t"] = t
+    deleter.holder = holder
+    del t, deleter, holder
+    gc.collect()
+    assert calls == [(addr, True)]
+
+
+class _Owner:
+    """Holds a tensor whose deleter is one of its own bound methods: a reference cycle."""
+
+    def __init__(self, freed):
+        self.freed = freed
+        self.buf = np.arange(4, dtype=np.float32)
+        self.tensor = etptr.make_tensor_ptr([4], self.buf.ctypes.data, deleter=self._release)
+
+    def _release(self, ptr):
+        self.freed.append((ptr, self.buf.ctypes.data))
+
+
+def test_owner_with_a_bound_method_deleter_is_collected():
+    # Regression: the deleter ran after the collector had cleared the owner's __dict__,
+    # so it failed (AttributeError, reported only as a warning) and the memory it was
+    # meant to release never was.
+    freed = []
+    refs = []
+    for _ in range(5):
+        owner = _Owner(freed)
+        refs.append(weakref.ref(owner))
+    del owner
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert len(freed) == 5
+    assert all(ptr == addr for ptr, addr in freed)
+
+
 def test_view_keeps_source_alive_and_teardown_order():
     buf, addr = raw()
     order = []

@@ -285,7 +285,10 @@ cdef class TensorPtr:
         raise TypeError("TensorPtr cannot be built directly: use etptr.make_tensor_ptr or a maker "
                         "function such as etptr.empty")
 
-    def __dealloc__(self):
+    def __del__(self):
+        # tp_finalize, not tp_dealloc: when a reference cycle (e.g. owner -> tensor ->
+        # bound-method deleter -> owner) is collected, finalizers run before the
+        # collector clears anything, so the deleter still sees the objects it needs.
         cdef void* data = self.c_data
         deleter = self.c_deleter
         alloc = self.c_allocator
