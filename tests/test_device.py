@@ -94,6 +94,20 @@ def test_attributes_are_read_only():
     assert d.index == 1
 
 
+def test_devices_cannot_be_reinitialised():
+    # Regression: calling __init__ again mutated the Device in place, including the
+    # shared CPU device every CPU tensor points at (new tensors then claimed cuda:5).
+    shared = etptr.make_tensor_ptr([1.0]).device
+    for d in (shared, Device("cuda:1"), Device(DeviceType.CPU), as_device("cuda")):
+        before = (d.type, d.index, hash(d))
+        with pytest.raises(etptr.InvalidStateError) as info:
+            d.__init__("cuda:5")
+        assert "is immutable" in str(info.value)
+        assert (d.type, d.index, hash(d)) == before
+    assert etptr.make_tensor_ptr([2.0]).device == Device("cpu")
+    assert etptr.make_tensor_ptr([2.0]).numpy().tolist() == [2.0]
+
+
 @pytest.mark.parametrize("args, cls, argname", [
     ((DeviceType.CUDA, 128), etptr.InvalidArgumentError, "index"),
     ((DeviceType.CUDA, -2), etptr.InvalidArgumentError, "index"),
