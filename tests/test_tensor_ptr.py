@@ -689,6 +689,24 @@ class TestViews:
         assert w.device == Device("cuda:2")
         assert host_alloc.allocate_count == 1
 
+    def test_view_relabels_to_cpu_and_none_inherits(self):
+        # Regression: an explicit device="cpu" was taken for the default and ignored.
+        s = etptr.make_tensor_ptr([4], 4096, device="cuda:1")
+        assert etptr.make_tensor_ptr(s, device="cpu").device == Device("cpu")
+        assert etptr.make_tensor_ptr(s, device=DeviceType.CPU).device == Device("cpu")
+        assert etptr.make_tensor_ptr(s, device=None).device == Device("cuda:1")
+        assert etptr.make_tensor_ptr(s, [2, 2]).device == Device("cuda:1")
+        with pytest.raises(etptr.InvalidTypeError):
+            etptr.make_tensor_ptr(s, device=np.array([1, 2]))
+
+    def test_view_deleter_must_be_callable(self):
+        # Regression: a non-callable deleter was accepted for views and failed at teardown.
+        s = self.src()
+        for bad in (5, "free", [print]):
+            with pytest.raises(etptr.InvalidTypeError) as info:
+                etptr.make_tensor_ptr(s, [6], deleter=bad)
+            assert str(info.value) == f"deleter={bad!r} is not callable"
+
     @pytest.mark.parametrize("sizes, kwargs, cls, fragment", [
         ([7], {}, etptr.InvalidArgumentError, "sizes=(7,) hold 7 elements, more than the source's 6"),
         ([-1, 6], {}, etptr.InvalidArgumentError, "sizes[0]=-1 is negative"),

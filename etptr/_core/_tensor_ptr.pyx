@@ -891,7 +891,7 @@ cdef TensorPtr _view(TensorPtr src, object sizes, object dim_order, object strid
 # ------------------------------------------------------------------ public functions
 
 def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=None,
-                    dynamism=TensorShapeDynamism.DYNAMIC_BOUND, deleter=None, device="cpu"):
+                    dynamism=TensorShapeDynamism.DYNAMIC_BOUND, deleter=None, device=_MISSING):
     """make_tensor_ptr(sizes, data, dim_order=None, strides=None, type=None, dynamism=DYNAMIC_BOUND, deleter=None, device="cpu") -> TensorPtr
     --
 
@@ -943,16 +943,17 @@ def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=Non
     """
     cdef int dyn = c_dynamism_arg(dynamism)
     cdef Device dev
+    if deleter is not None and not callable(deleter):
+        raise_error(Error.InvalidType, f"deleter={deleter!r} is not callable")
     if isinstance(sizes, TensorPtr):
         if type is not None:
             raise_error(Error.InvalidArgument,
                         "type: the alias overload keeps the source's scalar type; cast with "
                         "etptr.clone_tensor_ptr(tensor, type=...)")
+        # device: omitted or None inherits the source's; anything else relabels
         return _view(<TensorPtr>sizes, None if data is _MISSING else data, dim_order, strides,
-                     deleter, None if device == "cpu" else device)
-    if deleter is not None and not callable(deleter):
-        raise_error(Error.InvalidType, f"deleter={deleter!r} is not callable")
-    dev = c_device(device, "device")
+                     deleter, None if device is _MISSING else device)
+    dev = c_device("cpu" if device is _MISSING else device, "device")
     if data is _MISSING:
         # short forms: the first argument is the data
         data = sizes
