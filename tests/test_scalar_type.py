@@ -6,6 +6,8 @@ import pytest
 import etptr
 from etptr import ScalarType as ST
 
+from tests._helpers import run_isolated
+
 # An independent model of ExecuTorch's canCast (scalar_type_util.h).
 COMPLEX = {ST.ComplexHalf, ST.ComplexFloat, ST.ComplexDouble}
 FLOATING = {ST.Half, ST.Float, ST.Double, ST.BFloat16, ST.Float8_e5m2, ST.Float8_e4m3fn,
@@ -124,3 +126,19 @@ def test_element_size_is_in_bytes():
     assert etptr.element_size(ST.Bits16) == 2
     assert etptr.element_size(ST.QUInt4x2) == 1
     assert etptr.element_size(np.int64(7)) == 8
+
+
+def test_ml_dtypes_map_in_a_fresh_interpreter():
+    # Regression: float8_e5m2 (kind "f", not "V") was refused until something else had
+    # made etptr load ml_dtypes, so the answer depended on call order. It goes first here.
+    proc = run_isolated("""
+        import ml_dtypes, numpy as np, etptr
+        for name in ("float8_e5m2", "bfloat16", "float8_e4m3fn", "float8_e5m2fnuz", "float8_e4m3fnuz"):
+            dt = getattr(ml_dtypes, name)
+            print(etptr.scalar_type_from_numpy(dt).name,
+                  etptr.make_tensor_ptr(np.zeros(3, dt)).scalar_type.name)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "Float8_e5m2 Float8_e5m2", "BFloat16 BFloat16", "Float8_e4m3fn Float8_e4m3fn",
+        "Float8_e5m2fnuz Float8_e5m2fnuz", "Float8_e4m3fnuz Float8_e4m3fnuz"]
