@@ -89,6 +89,27 @@ def test_double_registration_is_invalid_state(empty_cuda_slot):
     assert etptr.get_device_allocator(DeviceType.CUDA) is first
 
 
+@pytest.mark.parametrize("bad, cls, fragment", [
+    (7, etptr.InvalidArgumentError, "device_type=7 is not a DeviceType code"),
+    (-1, etptr.InvalidArgumentError, "device_type=-1 is not a DeviceType code"),
+    ("cuda", etptr.InvalidTypeError, "device_type must be an etptr.DeviceType, got 'cuda'"),
+    (None, etptr.InvalidTypeError, "device_type must be an etptr.DeviceType, got None"),
+    (1.0, etptr.InvalidTypeError, "got 1.0"),
+    (True, etptr.InvalidTypeError, "got True"),
+    (etptr.Device("cuda"), etptr.InvalidTypeError, "got Device(1, 0)"),
+])
+def test_lookup_with_a_bad_device_type(bad, cls, fragment):
+    # Regression: these raised a bare ValueError from the DeviceType enum.
+    for lookup in (etptr.get_device_allocator, etptr.DeviceAllocatorRegistry.instance().get_allocator):
+        with pytest.raises(cls) as info:
+            lookup(bad)
+        assert fragment in str(info.value)
+
+
+def test_lookup_accepts_numpy_integers(host_alloc):
+    assert etptr.get_device_allocator(np.int8(1)) is host_alloc
+
+
 class _NoType(etptr.DeviceAllocator):
     pass
 
