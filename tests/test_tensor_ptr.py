@@ -187,6 +187,13 @@ class TestLists:
             etptr.make_tensor_ptr([len(values)], values)
         assert fragment in str(info.value)
 
+    def test_ints_beyond_double_in_a_float_list(self):
+        # Regression: a bare OverflowError escaped from the conversion to double.
+        with pytest.raises(etptr.InvalidArgumentError) as info:
+            etptr.make_tensor_ptr([1.5, 1 << 1100])
+        assert str(info.value).startswith(f"data[1]={1 << 1100} is too large for a double")
+        assert etptr.make_tensor_ptr([1.5, 1 << 70]).numpy().tolist() == [1.5, float(np.float32(2.0 ** 70))]
+
     def test_length_must_equal_numel(self):
         with pytest.raises(etptr.InvalidArgumentError) as info:
             etptr.make_tensor_ptr([2, 3], [1.0] * 5)
@@ -317,6 +324,26 @@ class TestBuffers:
                 etptr.make_tensor_ptr([2], a, **kwargs)
             assert str(info.value).startswith("data: an array of dtype")
             assert "Python objects" in str(info.value)
+
+    def test_released_memoryview(self):
+        # Regression: memoryview()'s ValueError escaped.
+        mv = memoryview(bytearray(8))
+        mv.release()
+        with pytest.raises(etptr.InvalidArgumentError) as info:
+            etptr.make_tensor_ptr([8], mv)
+        assert str(info.value).startswith("data of type memoryview: ")
+
+    def test_non_contiguous_buffer_of_unknown_format(self):
+        # Regression: the byte-view fallback let memoryview.cast's TypeError escape.
+        class Rec(ctypes.Structure):
+            _fields_ = [("a", ctypes.c_int), ("b", ctypes.c_char)]
+        mv = memoryview((Rec * 4)())[::2]
+        with pytest.raises(etptr.InvalidArgumentError) as info:
+            etptr.make_tensor_ptr([2], mv)
+        assert str(info.value).startswith("data: the buffer (format ")
+        assert "is not contiguous" in str(info.value)
+        whole = etptr.make_tensor_ptr([16], (Rec * 4)())  # contiguous: aliased as bytes
+        assert whole.scalar_type is ST.Byte
 
     def test_tensor_as_data_points_to_the_alias_overload(self):
         src = etptr.make_tensor_ptr([1.0])
@@ -509,6 +536,22 @@ def test_addresses_out_of_range(data, fragment):
     assert fragment in str(info.value)
     gc.collect()
     assert seen == []
+
+
+class _Overstated(list):
+    def __len__(self):
+        return 3
+
+
+@pytest.mark.parametrize("argname", ["sizes", "dim_order", "strides"])
+@pytest.mark.parametrize("bad", [np.array(2), {"a": 1}, _Overstated([2])], ids=["0-dim-array", "dict", "bad-len"])
+def test_sequences_that_are_not_sequences(argname, bad):
+    # Regression: these let a bare TypeError, KeyError or IndexError escape.
+    kwargs = {"sizes": [2]}
+    kwargs[argname] = bad
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        etptr.make_tensor_ptr(kwargs.pop("sizes"), None, **kwargs)
+    assert str(info.value).startswith(f"{argname} must be a sequence of ints, got ")
 
 
 def test_numpy_integer_sizes_and_sequences():

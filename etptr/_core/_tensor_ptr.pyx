@@ -97,13 +97,24 @@ cdef int _int_seq(object seq, int64_t* out, str argname) except -2:
     if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__") or not hasattr(seq, "__getitem__"):
         raise_error(Error.InvalidType,
                     f"{argname} must be a sequence of ints, got {seq!r} of type {_tname(seq)}")
-    n = len(seq)
+    try:
+        n = len(seq)
+    except TypeError:  # e.g. a 0-dim ndarray has __len__ but no length
+        n = -1
+    if n < 0:
+        raise_error(Error.InvalidType,
+                    f"{argname} must be a sequence of ints, got {seq!r} of type {_tname(seq)}")
     if n > kTensorDimensionLimit:
         raise_error(Error.InvalidArgument,
                     f"{argname} has {n} entries; ExecuTorch tensors have at most "
                     f"{kTensorDimensionLimit} dims (kTensorDimensionLimit)")
     for i in range(n):
-        out[i] = _int_arg(seq[i], argname, i)
+        try:
+            item = seq[i]
+        except LookupError:  # a mapping, or a __len__ that overstates
+            raise_error(Error.InvalidType,
+                        f"{argname} must be a sequence of ints, got {seq!r} of type {_tname(seq)}")
+        out[i] = _int_arg(item, argname, i)
     return n
 
 
@@ -667,7 +678,16 @@ cdef object _values_array(object values, int deduced):
                     raise_error(Error.InvalidArgument,
                                 f"data[{i}]={v} does not fit int64 (ScalarType.Long)")
             raise
-    return np.array(values, dtype=np.float64)
+    try:
+        return np.array(values, dtype=np.float64)
+    except OverflowError:  # an int beyond the double range in a mixed list
+        for i, v in enumerate(values):
+            try:
+                float(v)
+            except OverflowError:
+                raise_error(Error.InvalidArgument,
+                            f"data[{i}]={v} is too large for a double (ScalarType.Float data)")
+        raise
 
 
 cdef object _cast_array(object arr, int type):
@@ -790,10 +810,16 @@ cdef cnp.ndarray _buffer_array(object data):
         raise_error(Error.InvalidType,
                     f"data of type {_tname(data)} is not an address, bytes, a list of numbers "
                     f"or an object with the buffer protocol")
+    except (ValueError, BufferError) as exc:  # e.g. a released memoryview
+        raise_error(Error.InvalidArgument, f"data of type {_tname(data)}: {exc}")
     try:
         return np.asarray(mv)
     except Exception:
-        return np.frombuffer(mv.cast("B"), dtype=np.uint8)
+        pass
+    if not mv.c_contiguous:
+        raise_error(Error.InvalidArgument,
+                    f"data: the buffer (format {mv.format!r}) is not contiguous; copy it first")
+    return np.frombuffer(mv.cast("B"), dtype=np.uint8)
 
 
 cdef TensorPtr _alias_buffer(object sizes, object data, object dim_order, object strides,
