@@ -1073,6 +1073,26 @@ class TestCloneToDevice:
         with pytest.raises(cls):
             etptr.empty([2], device="cuda")
 
+    @pytest.mark.parametrize("resolved, cls, fragment", [
+        (-1, etptr.InvalidArgumentError, "returned -1; expected a device index in 0..127"),
+        (128, etptr.InvalidArgumentError, "returned 128"),
+        (1 << 40, etptr.InvalidArgumentError, f"returned {1 << 40}"),
+        ("0", etptr.InvalidTypeError, "returned '0' of type str"),
+        (0.0, etptr.InvalidTypeError, "of type float"),
+        (True, etptr.InvalidTypeError, "of type bool"),
+    ])
+    def test_resolve_index_returning_garbage(self, py_alloc, resolved, cls, fragment):
+        # Regression: the result went unchecked into Device (an index of 500 was accepted;
+        # 2**40 raised a bare OverflowError, "0" a bare TypeError).
+        py_alloc.resolved = resolved
+        for make in (lambda: etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([1.0]), "cuda:-1"),
+                     lambda: etptr.empty([1], device="cuda:-1")):
+            with pytest.raises(cls) as info:
+                make()
+            assert str(info.value).startswith("PyAllocator.resolve_index(-1) returned ")
+            assert fragment in str(info.value)
+        assert py_alloc.named("allocate") == [] and py_alloc.live == {}
+
     def test_deallocate_raising_at_teardown_warns(self, py_alloc):
         d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([1.0]), "cuda")
         py_alloc.dealloc_error = OSError("free failed")

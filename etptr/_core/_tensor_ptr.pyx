@@ -617,6 +617,20 @@ cdef int64_t _address_from(object ptr, str what, int64_t nbytes) except? -1:
     return <int64_t><uintptr_t>ptr
 
 
+cdef int _resolved_index(object alloc, int index) except -2:
+    """``alloc.resolve_index(index)``, checked to be a concrete device index (0..127)."""
+    r = alloc.resolve_index(index)
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+        raise_error(Error.InvalidType,
+                    f"{_tname(alloc)}.resolve_index({index}) returned {r!r} of type {_tname(r)}; "
+                    f"expected an int device index")
+    if not 0 <= r <= 127:
+        raise_error(Error.InvalidArgument,
+                    f"{_tname(alloc)}.resolve_index({index}) returned {r}; expected a device "
+                    f"index in 0..127")
+    return r
+
+
 cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device device):
     """Uninitialised device memory for ``meta``, freed through the device's allocator."""
     cdef int64_t esize = c_element_size(type)
@@ -625,7 +639,7 @@ cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device devi
         raise_error(Error.InvalidArgument, "sizes: the byte count overflows int64")
     nbytes = meta.numel * esize
     alloc = _allocator_for(device, "device")
-    index = alloc.resolve_index(device.c_index)
+    index = _resolved_index(alloc, device.c_index)
     ptr = alloc.allocate(nbytes, index, 8)
     try:
         address = _address_from(ptr, f"{_tname(alloc)}.allocate", nbytes)
@@ -1196,7 +1210,7 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
                     "tensor has null data: there is nothing to copy (made with data=None)")
     if dst.c_type != 0:
         alloc = _allocator_for(dst, "device")
-        index = alloc.resolve_index(dst.c_index)
+        index = _resolved_index(alloc, dst.c_index)
         ptr = alloc.allocate(nbytes, index, 8)
         try:
             address = _address_from(ptr, f"{_tname(alloc)}.allocate", nbytes)
