@@ -620,6 +620,22 @@ def test_tensor_cannot_be_built_or_pickled():
         pickle.dumps(etptr.make_tensor_ptr([1.0]))
 
 
+@pytest.mark.parametrize("call", [
+    lambda x: etptr.clone_tensor_ptr(x),
+    lambda x: etptr.clone_tensor_ptr(x, type=ST.Float),
+    lambda x: etptr.resize_tensor_ptr(x, [1]),
+    lambda x: etptr.clone_tensor_ptr_to_device(x),
+    lambda x: etptr.clone_tensor_ptr_to_cpu(x),
+], ids=["clone", "clone-cast", "resize", "to_device", "to_cpu"])
+@pytest.mark.parametrize("bad", [None, 5, np.zeros(2), [1.0], "t"], ids=repr)
+def test_tensor_arguments_must_be_tensors(call, bad, host_alloc):
+    # Regression: Cython's argument check raised a plain TypeError, not an etptr error.
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        call(bad)
+    assert str(info.value).startswith(f"tensor must be an etptr.TensorPtr, got {bad!r}")
+    assert host_alloc.allocate_count == 0
+
+
 def test_repr():
     buf = f32(6)
     t = etptr.make_tensor_ptr([2, 3], buf.ctypes.data, dim_order=[1, 0], type=ST.Float,

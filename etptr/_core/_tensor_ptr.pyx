@@ -259,6 +259,14 @@ cdef int c_dynamism_arg(object dynamism) except -1:
     return dynamism
 
 
+cdef TensorPtr c_tensor_arg(object t, str argname):
+    """``t`` as a TensorPtr, or InvalidTypeError naming ``argname``."""
+    if not isinstance(t, TensorPtr):
+        raise_error(Error.InvalidType,
+                    f"{argname} must be an etptr.TensorPtr, got {t!r} of type {_pytype(t).__name__}")
+    return <TensorPtr>t
+
+
 cdef int c_type_arg(object t, int default) except -1:
     if t is None:
         return default
@@ -1059,7 +1067,7 @@ cdef TensorPtr _place(TensorPtr t, Device device):
     return clone_tensor_ptr_to(t, device)
 
 
-def clone_tensor_ptr(TensorPtr tensor not None, type=None):
+def clone_tensor_ptr(tensor, type=None):
     """clone_tensor_ptr(tensor, type=None) -> TensorPtr
     --
 
@@ -1079,6 +1087,10 @@ def clone_tensor_ptr(TensorPtr tensor not None, type=None):
         The tensor is on a device (use ``clone_tensor_ptr_to``), or a cast
         involves a type outside the list above.
     """
+    return _clone_tensor_ptr(c_tensor_arg(tensor, "tensor"), type)
+
+
+cdef TensorPtr _clone_tensor_ptr(TensorPtr tensor, object type):
     cdef int target = c_type_arg(type, tensor.c_type)
     cdef TensorPtr out
     if tensor.c_device.c_type != 0:
@@ -1111,7 +1123,7 @@ def clone_tensor_ptr(TensorPtr tensor not None, type=None):
     return out
 
 
-def resize_tensor_ptr(TensorPtr tensor not None, sizes):
+def resize_tensor_ptr(tensor, sizes):
     """resize_tensor_ptr(tensor, sizes) -> None
     --
 
@@ -1133,6 +1145,10 @@ def resize_tensor_ptr(TensorPtr tensor not None, sizes):
     InvalidArgumentError
         Negative or overflowing sizes.
     """
+    _resize_tensor_ptr(c_tensor_arg(tensor, "tensor"), sizes)
+
+
+cdef _resize_tensor_ptr(TensorPtr tensor, object sizes):
     cdef Metadata m = Metadata.__new__(Metadata)
     cdef int i
     cdef bint same = True
@@ -1245,26 +1261,27 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
     return out
 
 
-def clone_tensor_ptr_to_device(TensorPtr tensor not None, device="cuda", device_index=None):
+def clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None):
     """clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None) -> TensorPtr
     --
 
     Copy a CPU tensor to a device; ``device_index``, when given, replaces the
     device's index. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
+    cdef TensorPtr src = c_tensor_arg(tensor, "tensor")
     cdef Device d = c_device(device, "device")
     if device_index is not None:
         d = Device(d.type, device_index)
     if d.c_type == 0:
         raise_error(Error.NotSupported,
                     f"device={d}: clone_tensor_ptr_to_device copies to a device, not the CPU")
-    return clone_tensor_ptr_to(tensor, d)
+    return clone_tensor_ptr_to(src, d)
 
 
-def clone_tensor_ptr_to_cpu(TensorPtr tensor not None):
+def clone_tensor_ptr_to_cpu(tensor):
     """clone_tensor_ptr_to_cpu(tensor) -> TensorPtr
     --
 
     Copy a device tensor to the CPU. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
-    return clone_tensor_ptr_to(tensor, _CPU)
+    return clone_tensor_ptr_to(c_tensor_arg(tensor, "tensor"), _CPU)
