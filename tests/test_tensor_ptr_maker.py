@@ -319,6 +319,25 @@ def test_like_defaults(name):
 
 
 @pytest.mark.parametrize("name", list(LIKE))
+@pytest.mark.parametrize("sizes, dim_order", [([0, 3], [1, 0]), ([1, 3], [1, 0]), ([2, 1, 0], [2, 0, 1])])
+def test_like_keeps_dim_order_where_strides_cannot_tell(name, sizes, dim_order):
+    # Regression: the dim order was inferred back from other's strides, which loses it
+    # for size-0/1 dims; for a zero-size permuted tensor that raised InvalidArgumentError.
+    other = etptr.make_tensor_ptr(sizes, None, dim_order=dim_order)
+    t = LIKE[name](other)
+    assert (t.sizes, t.dim_order, t.strides) == (other.sizes, other.dim_order, other.strides)
+
+
+@pytest.mark.parametrize("name", list(LIKE))
+@pytest.mark.parametrize("bad", [None, [1.0, 2.0], np.zeros(2)], ids=repr)
+def test_like_needs_a_tensor(name, bad):
+    # Regression: Cython's argument check raised a plain TypeError.
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        LIKE[name](bad)
+    assert str(info.value).startswith(f"other must be an etptr.TensorPtr, got {bad!r}")
+
+
+@pytest.mark.parametrize("name", list(LIKE))
 def test_like_on_a_device(name, host_alloc):
     other = etptr.zeros([2, 2], device="cuda:1")
     before = host_alloc.allocate_count
