@@ -85,6 +85,20 @@ def test_for_blob_errors_surface_at_make(setup, cls, fragment):
     assert seen == []
 
 
+@pytest.mark.parametrize("setup, argname", [
+    (lambda addr: etptr.for_blob(addr, 4), "sizes"),
+    (lambda addr: etptr.for_blob(addr, [4]).dim_order(0), "dim_order"),
+    (lambda addr: etptr.for_blob(addr, [4]).strides(1), "strides"),
+    (lambda addr: etptr.for_blob(addr, [4]).strides(1.5), "strides"),
+])
+def test_for_blob_non_sequences(setup, argname):
+    # Regression: list() on these let a bare TypeError escape.
+    buf = np.zeros(4, dtype=np.float32)
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        setup(buf.ctypes.data)
+    assert str(info.value).startswith(f"{argname} must be a sequence of ints, got ")
+
+
 def test_maker_cannot_be_built_directly():
     with pytest.raises(TypeError, match="for_blob"):
         etptr.TensorPtrMaker()
@@ -193,6 +207,29 @@ def test_rand_and_randn():
     assert ns.scalar_type is ST.BFloat16
 
 
+@pytest.mark.parametrize("seed, cls", [
+    ("x", etptr.InvalidTypeError), (1.5, etptr.InvalidTypeError), (-1, etptr.InvalidArgumentError),
+])
+def test_manual_seed_bad_seeds(seed, cls):
+    # Regression: NumPy's TypeError / ValueError escaped.
+    etptr.manual_seed(5)
+    first = etptr.rand([3]).numpy().tolist()
+    etptr.manual_seed(5)
+    with pytest.raises(cls) as info:
+        etptr.manual_seed(seed)
+    assert str(info.value).startswith(f"seed={seed!r}")
+    assert etptr.rand([3]).numpy().tolist() == first  # the generator was left alone
+
+
+def test_manual_seed_accepts_none_and_numpy_ints():
+    etptr.manual_seed(np.uint32(3))
+    a = etptr.rand([2]).numpy().tolist()
+    etptr.manual_seed(3)
+    assert etptr.rand([2]).numpy().tolist() == a
+    etptr.manual_seed(None)
+    assert etptr.rand([2]).numel() == 2
+
+
 def test_manual_seed_reproduces():
     etptr.manual_seed(7)
     a = [etptr.rand([5]).numpy().tolist(), etptr.randint(0, 100, [5]).numpy().tolist()]
@@ -257,6 +294,32 @@ def test_full_bad_fill_values(value, fragment):
     assert fragment in str(info.value)
     with pytest.raises(etptr.InvalidTypeError):
         etptr.full_like(etptr.zeros([2]), value)
+
+
+@pytest.mark.parametrize("value, cls, fragment", [
+    (np.str_("a"), etptr.InvalidTypeError, "of type str_ is not a real number"),
+    (np.complex64(1 + 1j), etptr.InvalidTypeError, "of type complex64"),
+    (np.datetime64("2020"), etptr.InvalidTypeError, "of type datetime64"),
+    (1 << 63, etptr.InvalidArgumentError, f"fill_value={1 << 63} does not fit int64"),
+    (-(1 << 63) - 1, etptr.InvalidArgumentError, "does not fit int64"),
+    (1 << 1100, etptr.InvalidArgumentError, "does not fit int64"),
+    (np.uint64((1 << 64) - 1), etptr.InvalidArgumentError, "does not fit int64"),
+])
+def test_full_fill_values_executorch_scalar_cannot_hold(value, cls, fragment):
+    # Regression: these gave a bare ValueError, a ComplexWarning, a silent wrap to -1,
+    # an OverflowError, or (datetime64) a filled tensor.
+    for make in (lambda: etptr.full([2], value, type=ST.Long),
+                 lambda: etptr.full_like(etptr.zeros([2]), value),
+                 lambda: etptr.full_strided([2], [1], value, type=ST.Double)):
+        with pytest.raises(cls) as info:
+            make()
+        assert fragment in str(info.value)
+
+
+def test_full_int64_limits():
+    assert etptr.full([1], (1 << 63) - 1, type=ST.Long).numpy().tolist() == [(1 << 63) - 1]
+    assert etptr.full([1], -(1 << 63), type=ST.Long).numpy().tolist() == [-(1 << 63)]
+    assert etptr.full([1], 1e300, type=ST.Float).numpy().tolist() == [float("inf")]
 
 
 @pytest.mark.parametrize("maker", [etptr.empty, etptr.zeros, etptr.ones, etptr.rand, etptr.randn,

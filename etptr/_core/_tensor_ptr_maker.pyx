@@ -31,7 +31,12 @@ def manual_seed(seed):
     Seed the generator behind ``rand*``, ``randn*`` and ``randint*``.
     """
     global _rng
-    _rng = np.random.default_rng(seed)
+    try:
+        _rng = np.random.default_rng(seed)
+    except TypeError as exc:
+        raise_error(Error.InvalidType, f"seed={seed!r} is not an int: {exc}")
+    except ValueError as exc:
+        raise_error(Error.InvalidArgument, f"seed={seed!r}: {exc}")
 
 
 @cython.final
@@ -60,12 +65,12 @@ cdef class TensorPtrMaker:
 
     def dim_order(self, dim_order):
         """dim_order(dim_order) -> TensorPtrMaker: set the dim order (sequence of int, length ndim)."""
-        self._dim_order = list(dim_order) if dim_order is not None else None
+        self._dim_order = _seq_copy(dim_order, "dim_order")
         return self
 
     def strides(self, strides):
         """strides(strides) -> TensorPtrMaker: set the strides (sequence of int, in elements)."""
-        self._strides = list(strides) if strides is not None else None
+        self._strides = _seq_copy(strides, "strides")
         return self
 
     def dynamism(self, dynamism):
@@ -93,6 +98,17 @@ cdef class TensorPtrMaker:
                                self._type, self._dynamism, self._deleter, self._device)
 
 
+cdef object _seq_copy(object seq, str argname):
+    """A list copy of ``seq`` (None stays None), or InvalidTypeError naming ``argname``."""
+    if seq is None:
+        return None
+    try:
+        return list(seq)
+    except TypeError:
+        raise_error(Error.InvalidType,
+                    f"{argname} must be a sequence of ints, got {seq!r} of type {type(seq).__name__}")
+
+
 def for_blob(data, sizes, type=6):
     """for_blob(data, sizes, type=ScalarType.Float) -> TensorPtrMaker
     --
@@ -107,7 +123,7 @@ def for_blob(data, sizes, type=6):
     """
     cdef TensorPtrMaker m = TensorPtrMaker.__new__(TensorPtrMaker)
     m._data = data
-    m._sizes = list(sizes) if sizes is not None else None
+    m._sizes = _seq_copy(sizes, "sizes")
     m._type = type
     m._dynamism = _BOUND
     m._device = "cpu"
@@ -145,7 +161,12 @@ cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object f
 
 
 cdef object _fill_value(object value, int type, str argname):
-    if isinstance(value, (bool, int, float, np.generic)) and not isinstance(value, complex):
+    # ExecuTorch's Scalar: a bool, an int64 or a double
+    if isinstance(value, (bool, float, np.bool_, np.floating)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        if not -(1 << 63) <= value < (1 << 63):
+            raise_error(Error.InvalidArgument, f"{argname}={value} does not fit int64")
         return value
     raise_error(Error.InvalidType,
                 f"{argname}={value!r} of type {value.__class__.__name__} is not a real number")
