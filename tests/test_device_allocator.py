@@ -275,6 +275,17 @@ def test_use_allocator_restores_after_an_exception(empty_cuda_slot):
     assert etptr.get_device_allocator(DeviceType.CUDA) is None
 
 
+@pytest.mark.parametrize("bad", [None, object(), HostDeviceAllocator], ids=repr)
+def test_use_allocator_needs_an_allocator(bad):
+    # Regression: None gave a bare AttributeError.
+    before = etptr.get_device_allocator(DeviceType.CUDA)
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        with use_allocator(bad):
+            pass
+    assert str(info.value).startswith("alloc must be an etptr.DeviceAllocator, got ")
+    assert etptr.get_device_allocator(DeviceType.CUDA) is before
+
+
 def test_use_allocator_for_another_device_type_slot():
     a = HostDeviceAllocator(DeviceType.CPU)  # allowed through the test helper
     with use_allocator(a):

@@ -9,7 +9,8 @@ import ctypes
 
 from etptr._core._device import DeviceType
 from etptr._core._device_allocator import DEFAULT_ALIGNMENT, DeviceAllocator, _replace_allocator
-from etptr._core._error import Error, InvalidArgumentError, MemoryAllocationError
+from etptr._core._error import (
+    Error, InvalidArgumentError, InvalidTypeError, MemoryAllocationError)
 
 __all__ = ["HostDeviceAllocator", "use_allocator"]
 
@@ -129,6 +130,8 @@ def use_allocator(alloc):
     The previous registration (or none) is restored afterwards, also when the
     block raises. Nests.
     """
+    if not isinstance(alloc, DeviceAllocator):
+        raise InvalidTypeError(f"alloc must be an etptr.DeviceAllocator, got {type(alloc).__name__}")
     prev = _replace_allocator(alloc.device_type, alloc)
     try:
         yield alloc
