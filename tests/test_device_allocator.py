@@ -255,6 +255,20 @@ def test_host_device_allocator_checks_its_callers():
     assert a.deallocate_count == 2 and a.live_bytes == 16
 
 
+def test_host_device_allocator_argument_types():
+    with pytest.raises(etptr.InvalidTypeError, match="device_type must be"):
+        HostDeviceAllocator("cuda")
+    with pytest.raises(etptr.InvalidArgumentError, match="device_type=5"):
+        HostDeviceAllocator(5)
+    a = HostDeviceAllocator(np.int64(1))
+    assert a.device_type is DeviceType.CUDA
+    assert a.allocate(np.uint32(8), np.int8(0)) == a.last_allocate_ptr
+    for args in (("8", 0), (8.5, 0), (8, 0, 8.0), (True, 0)):
+        with pytest.raises(etptr.InvalidTypeError, match="is not an int"):
+            a.allocate(*args)
+    assert a.allocate_count == 1
+
+
 def test_fail_after():
     a = HostDeviceAllocator()
     a.fail_after = 1
