@@ -372,6 +372,17 @@ class TestShortForms:
         assert t.shape_dynamism is Dyn.STATIC
         assert t.numpy()[()] == readback
 
+    @pytest.mark.parametrize("value", [2.0, 7, np.float32(1.5)])
+    def test_numbers_refuse_layout_arguments(self, value):
+        # Regression: dim_order and strides were silently dropped for the 0-dim forms.
+        with pytest.raises(etptr.InvalidArgumentError) as info:
+            etptr.make_tensor_ptr(value, dim_order=[0])
+        assert str(info.value).startswith("dim_order=(0,) has 1 entries but sizes has 0")
+        with pytest.raises(etptr.InvalidArgumentError) as info:
+            etptr.make_tensor_ptr(value, strides=[1])
+        assert str(info.value).startswith("strides=(1,) has 1 entries but sizes has 0")
+        assert etptr.make_tensor_ptr(value, dim_order=[], strides=()).sizes == ()
+
     def test_number_with_type(self):
         t = etptr.make_tensor_ptr(3, type=ST.Half)
         assert t.scalar_type is ST.Half and t.numpy()[()] == 3.0

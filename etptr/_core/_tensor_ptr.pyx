@@ -1022,6 +1022,7 @@ def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=Non
             return _place(_from_values(None, data, dim_order, strides, type, dyn), dev)
         if isinstance(data, (bool, int, float, np.generic)):
             _no_deleter(deleter)
+            c_metadata((), dim_order, strides)  # a 0-dim tensor: both must be empty
             if isinstance(data, np.generic):
                 return _place(_from_values_array(np.asarray(data), c_type_arg(
                     type, _array_type(np.asarray(data))), dyn), dev)
