@@ -324,3 +324,16 @@ def test_python_subclass_drives_a_clone(py_alloc):
     gc.collect()
     assert py_alloc.live == {}
     assert sorted(c[1] for c in py_alloc.named("deallocate")) == [0, 5]
+
+
+@pytest.mark.cuda
+def test_cuda_allocator_registers_itself_on_first_lookup():
+    proc = run_isolated("""
+        import etptr
+        a = etptr.get_device_allocator(etptr.DeviceType.CUDA)
+        print(type(a).__name__, a.device_type == etptr.DeviceType.CUDA,
+              a is etptr.get_device_allocator(etptr.DeviceType.CUDA))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["CudaAllocator", "True", "True"]
+
