@@ -154,6 +154,7 @@ def test_registration_from_many_threads(empty_cuda_slot):
     allocs = [HostDeviceAllocator() for _ in range(n)]
     barrier = threading.Barrier(n)
     outcome = [None] * n
+    seen = [None] * n
 
     def worker(i):
         barrier.wait()
@@ -162,8 +163,7 @@ def test_registration_from_many_threads(empty_cuda_slot):
             outcome[i] = "ok"
         except etptr.InvalidStateError:
             outcome[i] = "refused"
-        seen = etptr.get_device_allocator(DeviceType.CUDA)
-        assert seen is not None
+        seen[i] = etptr.get_device_allocator(DeviceType.CUDA)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
     for th in threads:
@@ -174,6 +174,7 @@ def test_registration_from_many_threads(empty_cuda_slot):
     assert outcome.count("refused") == n - 1
     winner = allocs[outcome.index("ok")]
     assert etptr.get_device_allocator(DeviceType.CUDA) is winner
+    assert all(s is winner for s in seen)  # every thread saw the one registration
 
 
 @pytest.mark.thread_unsafe
