@@ -21,6 +21,7 @@ cdef Device c_make_device(int type, int index):
     cdef Device d = Device.__new__(Device)
     d.c_type = type
     d.c_index = index
+    d.c_frozen = True
     return d
 
 
@@ -71,6 +72,9 @@ cdef class Device:
 
     def __init__(self, type, index=0):
         cdef Device parsed
+        if self.c_frozen:
+            raise_error(Error.InvalidState,
+                        f"Device {self} is immutable; build a new one with etptr.Device(...)")
         if isinstance(type, str):
             parsed = c_device(type, "type")
             self.c_type = parsed.c_type
@@ -78,6 +82,7 @@ cdef class Device:
         else:
             self.c_type = _check_type(type, "type")
             self.c_index = _check_index(index, "index")
+        self.c_frozen = True
 
     @property
     def type(self):

@@ -143,6 +143,18 @@ cdef object _device_type_of(object alloc):
         raise_error(Error.InvalidArgument, f"alloc.device_type={dt!r} is not a DeviceType")
 
 
+cdef int _device_type_arg(object device_type) except -1:
+    """``device_type`` (DeviceType or int code) checked, as an int."""
+    if isinstance(device_type, bool) or not hasattr(type(device_type), "__index__"):
+        raise_error(Error.InvalidType,
+                    f"device_type must be an etptr.DeviceType, got {device_type!r}")
+    try:
+        return DeviceType(device_type.__index__())
+    except ValueError:
+        raise_error(Error.InvalidArgument,
+                    f"device_type={device_type!r} is not a DeviceType code (0=CPU, 1=CUDA)")
+
+
 cdef _autoload(int device_type):
     """Let a built-in allocator register itself on first lookup (CUDA through CuPy)."""
     if device_type in _autoload_tried:
@@ -242,7 +254,7 @@ cdef class DeviceAllocatorRegistry:
         lookup of CUDA registers :class:`etptr.cuda.CudaAllocator` when CuPy
         imports and a CUDA device exists.
         """
-        return c_get_allocator(DeviceType(device_type))
+        return c_get_allocator(_device_type_arg(device_type))
 
 
 cdef DeviceAllocatorRegistry _REGISTRY = DeviceAllocatorRegistry.__new__(DeviceAllocatorRegistry)
@@ -266,4 +278,4 @@ def get_device_allocator(device_type):
     The allocator registered for ``device_type``, or None
     (ExecuTorch ``get_device_allocator``).
     """
-    return c_get_allocator(DeviceType(device_type))
+    return c_get_allocator(_device_type_arg(device_type))

@@ -215,7 +215,8 @@ def scalar_type_from_numpy(dtype):
     except TypeError as exc:
         raise_error(Error.InvalidType, f"dtype={dtype!r} is not a NumPy dtype: {exc}")
     st = _FROM_NUMPY.get(dt)
-    if st is None and dt.kind == "V":
+    if st is None:
+        # ml_dtypes' types are not all kind "V" (float8_e5m2 is "f"): try it for any miss
         _load_ml_dtypes()
         st = _FROM_NUMPY.get(dt)
     if st is None:

@@ -42,6 +42,7 @@ cdef TensorPtr c_host_empty(Metadata meta, int type, int dynamism)
 cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device device)
 cdef int c_dynamism_arg(object dynamism) except -1
 cdef int c_type_arg(object t, int default) except -1
+cdef TensorPtr c_tensor_arg(object t, str argname)
 cdef object c_storage_array(TensorPtr t)
 cdef TensorPtr c_host_empty_pinned(Metadata meta, int type, int dynamism)
 cdef TensorPtr c_clone_tensor_ptr_to(TensorPtr tensor, object device, object stream, bint pinned)

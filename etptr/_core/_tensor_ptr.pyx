@@ -98,13 +98,24 @@ cdef int _int_seq(object seq, int64_t* out, str argname) except -2:
     if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__") or not hasattr(seq, "__getitem__"):
         raise_error(Error.InvalidType,
                     f"{argname} must be a sequence of ints, got {seq!r} of type {_tname(seq)}")
-    n = len(seq)
+    try:
+        n = len(seq)
+    except TypeError:  # e.g. a 0-dim ndarray has __len__ but no length
+        n = -1
+    if n < 0:
+        raise_error(Error.InvalidType,
+                    f"{argname} must be a sequence of ints, got {seq!r} of type {_tname(seq)}")
     if n > kTensorDimensionLimit:
         raise_error(Error.InvalidArgument,
                     f"{argname} has {n} entries; ExecuTorch tensors have at most "
                     f"{kTensorDimensionLimit} dims (kTensorDimensionLimit)")
     for i in range(n):
-        out[i] = _int_arg(seq[i], argname, i)
+        try:
+            item = seq[i]
+        except LookupError:  # a mapping, or a __len__ that overstates
+            raise_error(Error.InvalidType,
+                        f"{argname} must be a sequence of ints, got {seq!r} of type {_tname(seq)}")
+        out[i] = _int_arg(item, argname, i)
     return n
 
 
@@ -249,6 +260,14 @@ cdef int c_dynamism_arg(object dynamism) except -1:
     return dynamism
 
 
+cdef TensorPtr c_tensor_arg(object t, str argname):
+    """``t`` as a TensorPtr, or InvalidTypeError naming ``argname``."""
+    if not isinstance(t, TensorPtr):
+        raise_error(Error.InvalidType,
+                    f"{argname} must be an etptr.TensorPtr, got {t!r} of type {_pytype(t).__name__}")
+    return <TensorPtr>t
+
+
 cdef int c_type_arg(object t, int default) except -1:
     if t is None:
         return default
@@ -286,7 +305,10 @@ cdef class TensorPtr:
         raise TypeError("TensorPtr cannot be built directly: use etptr.make_tensor_ptr or a maker "
                         "function such as etptr.empty")
 
-    def __dealloc__(self):
+    def __del__(self):
+        # tp_finalize, not tp_dealloc: when a reference cycle (e.g. owner -> tensor ->
+        # bound-method deleter -> owner) is collected, finalizers run before the
+        # collector clears anything, so the deleter still sees the objects it needs.
         cdef void* data = self.c_data
         deleter = self.c_deleter
         alloc = self.c_allocator
@@ -604,6 +626,20 @@ cdef int64_t _address_from(object ptr, str what, int64_t nbytes) except? -1:
     return <int64_t><uintptr_t>ptr
 
 
+cdef int _resolved_index(object alloc, int index) except -2:
+    """``alloc.resolve_index(index)``, checked to be a concrete device index (0..127)."""
+    r = alloc.resolve_index(index)
+    if isinstance(r, bool) or not isinstance(r, (int, np.integer)):
+        raise_error(Error.InvalidType,
+                    f"{_tname(alloc)}.resolve_index({index}) returned {r!r} of type {_tname(r)}; "
+                    f"expected an int device index")
+    if not 0 <= r <= 127:
+        raise_error(Error.InvalidArgument,
+                    f"{_tname(alloc)}.resolve_index({index}) returned {r}; expected a device "
+                    f"index in 0..127")
+    return r
+
+
 cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device device):
     """Uninitialised device memory for ``meta``, freed through the device's allocator."""
     cdef int64_t esize = c_element_size(type)
@@ -612,7 +648,7 @@ cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device devi
         raise_error(Error.InvalidArgument, "sizes: the byte count overflows int64")
     nbytes = meta.numel * esize
     alloc = _allocator_for(device, "device")
-    index = alloc.resolve_index(device.c_index)
+    index = _resolved_index(alloc, device.c_index)
     ptr = alloc.allocate(nbytes, index, 8)
     try:
         address = _address_from(ptr, f"{_tname(alloc)}.allocate", nbytes)
@@ -665,7 +701,16 @@ cdef object _values_array(object values, int deduced):
                     raise_error(Error.InvalidArgument,
                                 f"data[{i}]={v} does not fit int64 (ScalarType.Long)")
             raise
-    return np.array(values, dtype=np.float64)
+    try:
+        return np.array(values, dtype=np.float64)
+    except OverflowError:  # an int beyond the double range in a mixed list
+        for i, v in enumerate(values):
+            try:
+                float(v)
+            except OverflowError:
+                raise_error(Error.InvalidArgument,
+                            f"data[{i}]={v} is too large for a double (ScalarType.Float data)")
+        raise
 
 
 cdef object _cast_array(object arr, int type):
@@ -788,10 +833,16 @@ cdef cnp.ndarray _buffer_array(object data):
         raise_error(Error.InvalidType,
                     f"data of type {_tname(data)} is not an address, bytes, a list of numbers "
                     f"or an object with the buffer protocol")
+    except (ValueError, BufferError) as exc:  # e.g. a released memoryview
+        raise_error(Error.InvalidArgument, f"data of type {_tname(data)}: {exc}")
     try:
         return np.asarray(mv)
     except Exception:
-        return np.frombuffer(mv.cast("B"), dtype=np.uint8)
+        pass
+    if not mv.c_contiguous:
+        raise_error(Error.InvalidArgument,
+                    f"data: the buffer (format {mv.format!r}) is not contiguous; copy it first")
+    return np.frombuffer(mv.cast("B"), dtype=np.uint8)
 
 
 cdef TensorPtr _alias_buffer(object sizes, object data, object dim_order, object strides,
@@ -802,6 +853,11 @@ cdef TensorPtr _alias_buffer(object sizes, object data, object dim_order, object
     cdef Metadata meta
     cdef int64_t need, have
     cdef TensorPtr t
+    if arr.dtype.hasobject:
+        # its memory is PyObject pointers: writing through a tensor would corrupt them
+        raise_error(Error.InvalidType,
+                    f"data: an array of dtype {arr.dtype} holds Python objects, which a "
+                    f"tensor cannot alias; convert it to a numeric dtype first")
     if not (cnp.PyArray_IS_C_CONTIGUOUS(arr) or cnp.PyArray_IS_F_CONTIGUOUS(arr)):
         raise_error(Error.InvalidArgument,
                     f"data: the buffer is not contiguous (strides {(<object>arr).strides}); with explicit "
@@ -884,7 +940,7 @@ cdef TensorPtr _view(TensorPtr src, object sizes, object dim_order, object strid
 # ------------------------------------------------------------------ public functions
 
 def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=None,
-                    dynamism=TensorShapeDynamism.DYNAMIC_BOUND, deleter=None, device="cpu"):
+                    dynamism=TensorShapeDynamism.DYNAMIC_BOUND, deleter=None, device=_MISSING):
     """make_tensor_ptr(sizes, data, dim_order=None, strides=None, type=None, dynamism=DYNAMIC_BOUND, deleter=None, device="cpu") -> TensorPtr
     --
 
@@ -936,16 +992,17 @@ def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=Non
     """
     cdef int dyn = c_dynamism_arg(dynamism)
     cdef Device dev
+    if deleter is not None and not callable(deleter):
+        raise_error(Error.InvalidType, f"deleter={deleter!r} is not callable")
     if isinstance(sizes, TensorPtr):
         if type is not None:
             raise_error(Error.InvalidArgument,
                         "type: the alias overload keeps the source's scalar type; cast with "
                         "etptr.clone_tensor_ptr(tensor, type=...)")
+        # device: omitted or None inherits the source's; anything else relabels
         return _view(<TensorPtr>sizes, None if data is _MISSING else data, dim_order, strides,
-                     deleter, None if device == "cpu" else device)
-    if deleter is not None and not callable(deleter):
-        raise_error(Error.InvalidType, f"deleter={deleter!r} is not callable")
-    dev = c_device(device, "device")
+                     deleter, None if device is _MISSING else device)
+    dev = c_device("cpu" if device is _MISSING else device, "device")
     if data is _MISSING:
         # short forms: the first argument is the data
         data = sizes
@@ -966,6 +1023,7 @@ def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=Non
             return _place(_from_values(None, data, dim_order, strides, type, dyn), dev)
         if isinstance(data, (bool, int, float, np.generic)):
             _no_deleter(deleter)
+            c_metadata((), dim_order, strides)  # a 0-dim tensor: both must be empty
             if isinstance(data, np.generic):
                 return _place(_from_values_array(np.asarray(data), c_type_arg(
                     type, _array_type(np.asarray(data))), dyn), dev)
@@ -1011,7 +1069,7 @@ cdef TensorPtr _place(TensorPtr t, Device device):
     return c_clone_tensor_ptr_to(t, device, None, True)
 
 
-def clone_tensor_ptr(TensorPtr tensor not None, type=None):
+def clone_tensor_ptr(tensor, type=None):
     """clone_tensor_ptr(tensor, type=None) -> TensorPtr
     --
 
@@ -1031,6 +1089,10 @@ def clone_tensor_ptr(TensorPtr tensor not None, type=None):
         The tensor is on a device (use ``clone_tensor_ptr_to``), or a cast
         involves a type outside the list above.
     """
+    return _clone_tensor_ptr(c_tensor_arg(tensor, "tensor"), type)
+
+
+cdef TensorPtr _clone_tensor_ptr(TensorPtr tensor, object type):
     cdef int target = c_type_arg(type, tensor.c_type)
     cdef TensorPtr out
     if tensor.c_device.c_type != 0:
@@ -1063,7 +1125,7 @@ def clone_tensor_ptr(TensorPtr tensor not None, type=None):
     return out
 
 
-def resize_tensor_ptr(TensorPtr tensor not None, sizes):
+def resize_tensor_ptr(tensor, sizes):
     """resize_tensor_ptr(tensor, sizes) -> None
     --
 
@@ -1085,6 +1147,10 @@ def resize_tensor_ptr(TensorPtr tensor not None, sizes):
     InvalidArgumentError
         Negative or overflowing sizes.
     """
+    _resize_tensor_ptr(c_tensor_arg(tensor, "tensor"), sizes)
+
+
+cdef _resize_tensor_ptr(TensorPtr tensor, object sizes):
     cdef Metadata m = Metadata.__new__(Metadata)
     cdef int i
     cdef bint same = True
@@ -1144,9 +1210,9 @@ cdef int64_t _writable_address(object host, int64_t nbytes, str what) except? -1
     except TypeError as exc:
         raise_error(Error.InvalidType,
                     f"{what} returned {_tname(host)}, not an object with the buffer protocol")
-    except BufferError as exc:
+    except (BufferError, ValueError) as exc:
         raise_error(Error.InvalidArgument,
-                    f"{what} returned a read-only buffer ({_tname(host)}): {exc}")
+                    f"{what} returned a read-only or non-contiguous buffer ({_tname(host)}): {exc}")
     try:
         if view.len < nbytes:
             raise_error(Error.InvalidArgument,
@@ -1181,7 +1247,7 @@ cdef TensorPtr c_host_empty_pinned(Metadata meta, int type, int dynamism):
     return t
 
 
-def clone_tensor_ptr_to(TensorPtr tensor, device, *, stream=None, pinned=True):
+def clone_tensor_ptr_to(tensor, device, *, stream=None, pinned=True):
     """clone_tensor_ptr_to(tensor, device, *, stream=None, pinned=True) -> TensorPtr
     --
 
@@ -1224,7 +1290,7 @@ def clone_tensor_ptr_to(TensorPtr tensor, device, *, stream=None, pinned=True):
     MemoryAllocationError
         The allocator could not allocate.
     """
-    return c_clone_tensor_ptr_to(tensor, device, stream, pinned)
+    return c_clone_tensor_ptr_to(c_tensor_arg(tensor, "tensor"), device, stream, pinned)
 
 
 cdef TensorPtr c_clone_tensor_ptr_to(TensorPtr tensor, object device, object stream, bint pinned):
@@ -1246,7 +1312,7 @@ cdef TensorPtr c_clone_tensor_ptr_to(TensorPtr tensor, object device, object str
                     "tensor has null data: there is nothing to copy (made with data=None)")
     if dst.c_type != 0:
         alloc = _allocator_for(dst, "device")
-        index = alloc.resolve_index(dst.c_index)
+        index = _resolved_index(alloc, dst.c_index)
         if stream is not None and nbytes:
             use_stream = _takes_keyword(alloc, "copy_host_to_device", "stream")
         if use_stream and _takes_keyword(alloc, "allocate", "stream"):
@@ -1290,26 +1356,27 @@ cdef TensorPtr c_clone_tensor_ptr_to(TensorPtr tensor, object device, object str
     return out
 
 
-def clone_tensor_ptr_to_device(TensorPtr tensor not None, device="cuda", device_index=None):
+def clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None):
     """clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None) -> TensorPtr
     --
 
     Copy a CPU tensor to a device; ``device_index``, when given, replaces the
     device's index. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
+    cdef TensorPtr src = c_tensor_arg(tensor, "tensor")
     cdef Device d = c_device(device, "device")
     if device_index is not None:
         d = Device(d.type, device_index)
     if d.c_type == 0:
         raise_error(Error.NotSupported,
                     f"device={d}: clone_tensor_ptr_to_device copies to a device, not the CPU")
-    return c_clone_tensor_ptr_to(tensor, d, None, True)
+    return c_clone_tensor_ptr_to(src, d, None, True)
 
 
-def clone_tensor_ptr_to_cpu(TensorPtr tensor not None):
+def clone_tensor_ptr_to_cpu(tensor):
     """clone_tensor_ptr_to_cpu(tensor) -> TensorPtr
     --
 
     Copy a device tensor to the CPU. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
-    return c_clone_tensor_ptr_to(tensor, _CPU, None, True)
+    return c_clone_tensor_ptr_to(c_tensor_arg(tensor, "tensor"), _CPU, None, True)

@@ -19,7 +19,7 @@ from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
 from etptr._core._tensor_ptr cimport (
     Metadata, TensorPtr, c_device_empty, c_dynamism_arg, c_host_empty, c_metadata,
-    c_clone_tensor_ptr_to, c_host_empty_pinned, c_storage_array, c_type_arg)
+    c_clone_tensor_ptr_to, c_host_empty_pinned, c_storage_array, c_tensor_arg, c_type_arg)
 
 from etptr._core._error import Error
 from etptr._core._tensor_ptr import TensorShapeDynamism, make_tensor_ptr
@@ -35,7 +35,12 @@ def manual_seed(seed):
     Seed the generator behind ``rand*``, ``randn*`` and ``randint*``.
     """
     global _rng
-    _rng = np.random.default_rng(seed)
+    try:
+        _rng = np.random.default_rng(seed)
+    except TypeError as exc:
+        raise_error(Error.InvalidType, f"seed={seed!r} is not an int: {exc}")
+    except ValueError as exc:
+        raise_error(Error.InvalidArgument, f"seed={seed!r}: {exc}")
 
 
 @cython.final
@@ -64,12 +69,12 @@ cdef class TensorPtrMaker:
 
     def dim_order(self, dim_order):
         """dim_order(dim_order) -> TensorPtrMaker: set the dim order (sequence of int, length ndim)."""
-        self._dim_order = list(dim_order) if dim_order is not None else None
+        self._dim_order = _seq_copy(dim_order, "dim_order")
         return self
 
     def strides(self, strides):
         """strides(strides) -> TensorPtrMaker: set the strides (sequence of int, in elements)."""
-        self._strides = list(strides) if strides is not None else None
+        self._strides = _seq_copy(strides, "strides")
         return self
 
     def dynamism(self, dynamism):
@@ -97,6 +102,17 @@ cdef class TensorPtrMaker:
                                self._type, self._dynamism, self._deleter, self._device)
 
 
+cdef object _seq_copy(object seq, str argname):
+    """A list copy of ``seq`` (None stays None), or InvalidTypeError naming ``argname``."""
+    if seq is None:
+        return None
+    try:
+        return list(seq)
+    except TypeError:
+        raise_error(Error.InvalidType,
+                    f"{argname} must be a sequence of ints, got {seq!r} of type {type(seq).__name__}")
+
+
 def for_blob(data, sizes, type=6):
     """for_blob(data, sizes, type=ScalarType.Float) -> TensorPtrMaker
     --
@@ -111,7 +127,7 @@ def for_blob(data, sizes, type=6):
     """
     cdef TensorPtrMaker m = TensorPtrMaker.__new__(TensorPtrMaker)
     m._data = data
-    m._sizes = list(sizes) if sizes is not None else None
+    m._sizes = _seq_copy(sizes, "sizes")
     m._type = type
     m._dynamism = _BOUND
     m._device = "cpu"
@@ -155,7 +171,12 @@ cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object f
 
 
 cdef object _fill_value(object value, int type, str argname):
-    if isinstance(value, (bool, int, float, np.generic)) and not isinstance(value, complex):
+    # ExecuTorch's Scalar: a bool, an int64 or a double
+    if isinstance(value, (bool, float, np.bool_, np.floating)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        if not -(1 << 63) <= value < (1 << 63):
+            raise_error(Error.InvalidArgument, f"{argname}={value} does not fit int64")
         return value
     raise_error(Error.InvalidType,
                 f"{argname}={value!r} of type {value.__class__.__name__} is not a real number")
@@ -198,6 +219,12 @@ cdef Metadata _meta(sizes, strides):
     return c_metadata(sizes, None, strides)
 
 
+cdef Metadata _like_meta(TensorPtr src):
+    # src's sizes with src's dim_order: inferring the order back from its strides
+    # loses it where sizes are 0 or 1 (and then refuses a zero-size permuted tensor)
+    return c_metadata(src.sizes, src.dim_order, None)
+
+
 # ------------------------------------------------------------------ empty
 
 def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
@@ -238,16 +265,17 @@ def empty_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinn
                   c_device(device, "device"), pinned)
 
 
-def empty_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+def empty_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
     """empty_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     An uninitialised tensor with ``other``'s sizes and strides; ``type`` and
     ``device`` default to ``other``'s (ExecuTorch ``empty_like``).
     """
-    return _empty(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    cdef TensorPtr o = c_tensor_arg(other, "other")
+    return _empty(_like_meta(o), c_type_arg(type, o.c_type),
                   c_dynamism_arg(dynamism),
-                  other.c_device if device is None else c_device(device, "device"), pinned)
+                  o.c_device if device is None else c_device(device, "device"), pinned)
 
 
 # ------------------------------------------------------------------ full / zeros / ones
@@ -280,17 +308,18 @@ def full_strided(sizes, strides, fill_value, type=6, dynamism=_BOUND, *, device=
                    c_device(device, "device"), _fill_with(value), pinned)
 
 
-def full_like(TensorPtr other not None, fill_value, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+def full_like(other, fill_value, type=None, dynamism=_BOUND, *, device=None, pinned=False):
     """full_like(other, fill_value, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`full` with ``other``'s sizes and strides; ``type`` and ``device``
     default to ``other``'s (ExecuTorch ``full_like``).
     """
+    cdef TensorPtr o = c_tensor_arg(other, "other")
     value = _fill_value(fill_value, 0, "fill_value")
-    return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    return _filled(_like_meta(o), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
-                   other.c_device if device is None else c_device(device, "device"),
+                   o.c_device if device is None else c_device(device, "device"),
                    _fill_with(value), pinned)
 
 
@@ -313,15 +342,16 @@ def zeros(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
                   c_device(device, "device"), pinned)
 
 
-def zeros_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+def zeros_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
     """zeros_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`zeros` with ``other``'s sizes and strides (ExecuTorch ``zeros_like``).
     """
-    return _zeros(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    cdef TensorPtr o = c_tensor_arg(other, "other")
+    return _zeros(_like_meta(o), c_type_arg(type, o.c_type),
                   c_dynamism_arg(dynamism),
-                  other.c_device if device is None else c_device(device, "device"), pinned)
+                  o.c_device if device is None else c_device(device, "device"), pinned)
 
 
 cdef TensorPtr _zeros(Metadata meta, int type, int dyn, Device device, bint pinned):
@@ -342,7 +372,7 @@ def ones(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
     return full_strided(sizes, None, 1, type, dynamism, device=device, pinned=pinned)
 
 
-def ones_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+def ones_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
     """ones_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
@@ -374,15 +404,16 @@ def rand_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinne
                    c_device(device, "device"), _fill_uniform, pinned)
 
 
-def rand_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+def rand_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
     """rand_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`rand` with ``other``'s sizes and strides (ExecuTorch ``rand_like``).
     """
-    return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    cdef TensorPtr o = c_tensor_arg(other, "other")
+    return _filled(_like_meta(o), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
-                   other.c_device if device is None else c_device(device, "device"),
+                   o.c_device if device is None else c_device(device, "device"),
                    _fill_uniform, pinned)
 
 
@@ -406,15 +437,16 @@ def randn_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinn
                    c_device(device, "device"), _fill_normal, pinned)
 
 
-def randn_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+def randn_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
     """randn_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`randn` with ``other``'s sizes and strides (ExecuTorch ``randn_like``).
     """
-    return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    cdef TensorPtr o = c_tensor_arg(other, "other")
+    return _filled(_like_meta(o), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
-                   other.c_device if device is None else c_device(device, "device"),
+                   o.c_device if device is None else c_device(device, "device"),
                    _fill_normal, pinned)
 
 
@@ -445,14 +477,15 @@ def randint_strided(low, high, sizes, strides, type=3, dynamism=_BOUND, *, devic
                    c_device(device, "device"), _fill_ints(low, high), pinned)
 
 
-def randint_like(TensorPtr other not None, low, high, type=None, dynamism=_BOUND, *, device=None, pinned=False):
+def randint_like(other, low, high, type=None, dynamism=_BOUND, *, device=None, pinned=False):
     """randint_like(other, low, high, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
     --
 
     :func:`randint` with ``other``'s sizes and strides (ExecuTorch ``randint_like``).
     """
+    cdef TensorPtr o = c_tensor_arg(other, "other")
     _check_range(low, high)
-    return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    return _filled(_like_meta(o), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
-                   other.c_device if device is None else c_device(device, "device"),
+                   o.c_device if device is None else c_device(device, "device"),
                    _fill_ints(low, high), pinned)

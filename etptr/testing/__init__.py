@@ -6,10 +6,12 @@ a device type with ordinary host memory and counts every call.
 """
 from contextlib import contextmanager
 import ctypes
+import numbers
 
 from etptr._core._device import DeviceType
 from etptr._core._device_allocator import DEFAULT_ALIGNMENT, DeviceAllocator, _replace_allocator
-from etptr._core._error import Error, InvalidArgumentError, MemoryAllocationError
+from etptr._core._error import (
+    Error, InvalidArgumentError, InvalidTypeError, MemoryAllocationError)
 
 __all__ = ["HostDeviceAllocator", "use_allocator"]
 
@@ -39,6 +41,10 @@ class HostDeviceAllocator(DeviceAllocator):
 
     def __init__(self, device_type=DeviceType.CUDA):
         super().__init__()
+        if isinstance(device_type, bool) or not isinstance(device_type, numbers.Integral):
+            raise InvalidTypeError(f"device_type must be an etptr.DeviceType, got {device_type!r}")
+        if device_type not in DeviceType.__members__.values():
+            raise InvalidArgumentError(f"device_type={device_type!r} is not a DeviceType code")
         self._device_type = DeviceType(device_type)
         self._blocks = {}
         self.fail_after = None
@@ -70,6 +76,9 @@ class HostDeviceAllocator(DeviceAllocator):
         return sum(raw.requested for raw in self._blocks.values())
 
     def allocate(self, nbytes, index, alignment=DEFAULT_ALIGNMENT):
+        for name, value in (("nbytes", nbytes), ("alignment", alignment)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise InvalidTypeError(f"{name}={value!r} is not an int")
         if nbytes < 0:
             raise InvalidArgumentError(f"nbytes={nbytes} is negative")
         if alignment <= 0 or alignment & (alignment - 1):
@@ -129,6 +138,8 @@ def use_allocator(alloc):
     The previous registration (or none) is restored afterwards, also when the
     block raises. Nests.
     """
+    if not isinstance(alloc, DeviceAllocator):
+        raise InvalidTypeError(f"alloc must be an etptr.DeviceAllocator, got {type(alloc).__name__}")
     prev = _replace_allocator(alloc.device_type, alloc)
     try:
         yield alloc

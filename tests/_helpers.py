@@ -1,0 +1,95 @@
+"""Helpers shared by the etptr unit tests (imported by conftest.py and the test modules)."""
+import ctypes
+import functools
+import os
+import subprocess
+import sys
+import textwrap
+
+import etptr
+from etptr import DeviceType
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.lru_cache(maxsize=None)
+def cuda_available():
+    """True when CuPy imports and reports at least one CUDA device."""
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+class PyAllocator(etptr.DeviceAllocator):
+    """A DeviceAllocator written in Python, with switches to make each call misbehave.
+
+    ``live`` maps address -> ctypes block for memory not yet deallocated, so a
+    test can check that etptr frees what it takes on every path.
+    """
+
+    def __init__(self, device_type=DeviceType.CUDA):
+        super().__init__()
+        self._kind = device_type
+        self.live = {}
+        self.calls = []
+        self.allocate_result = None    # callable(ptr) -> what allocate returns
+        self.h2d_error = None          # exception instance raised by copy_host_to_device
+        self.d2h_error = None          # exception instance raised by copy_device_to_host
+        self.dealloc_error = None      # exception instance raised by deallocate
+        self.host_buffer = None        # callable(nbytes) -> what allocate_host returns
+        self.resolved = None           # what resolve_index returns, when set
+
+    @property
+    def device_type(self):
+        return self._kind
+
+    def allocate(self, nbytes, index, alignment=etptr.DEFAULT_ALIGNMENT):
+        block = ctypes.create_string_buffer(max(int(nbytes), 1))
+        ptr = ctypes.addressof(block)
+        self.live[ptr] = block
+        self.calls.append(("allocate", nbytes, index, alignment))
+        return ptr if self.allocate_result is None else self.allocate_result(ptr)
+
+    def deallocate(self, ptr, index):
+        self.calls.append(("deallocate", ptr, index))
+        if self.dealloc_error is not None:
+            raise self.dealloc_error
+        self.live.pop(int(ptr), None)
+
+    def copy_host_to_device(self, dst, src, nbytes, index):
+        self.calls.append(("h2d", dst, src, nbytes, index))
+        if self.h2d_error is not None:
+            raise self.h2d_error
+        ctypes.memmove(int(dst), int(src), nbytes)
+
+    def copy_device_to_host(self, dst, src, nbytes, index):
+        self.calls.append(("d2h", dst, src, nbytes, index))
+        if self.d2h_error is not None:
+            raise self.d2h_error
+        ctypes.memmove(int(dst), int(src), nbytes)
+
+    def resolve_index(self, index):
+        if self.resolved is not None:
+            return self.resolved
+        return super().resolve_index(index)
+
+    def allocate_host(self, nbytes, index):
+        self.calls.append(("allocate_host", nbytes, index))
+        return None if self.host_buffer is None else self.host_buffer(nbytes)
+
+    def named(self, name):
+        return [c[1:] for c in self.calls if c[0] == name]
+
+
+def run_isolated(code, timeout=60):
+    """Run ``code`` in a fresh interpreter; returns the CompletedProcess.
+
+    A segfault shows as a negative ``returncode`` instead of killing the run.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=timeout,
+                          cwd=REPO_ROOT, env=env)

@@ -1,0 +1,140 @@
+"""etptr._core._device: Device values and every accepted device spelling."""
+import pickle
+
+import numpy as np
+import pytest
+
+import etptr
+from etptr import Device, DeviceType
+from etptr._core._device import as_device
+
+CPU0 = Device(DeviceType.CPU, 0)
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ("cpu", (DeviceType.CPU, 0)),
+    ("CPU", (DeviceType.CPU, 0)),
+    ("  cuda  ", (DeviceType.CUDA, 0)),
+    ("cuda", (DeviceType.CUDA, 0)),
+    ("cuda:0", (DeviceType.CUDA, 0)),
+    ("cuda:7", (DeviceType.CUDA, 7)),
+    ("CUDA:127", (DeviceType.CUDA, 127)),
+    ("cuda:-1", (DeviceType.CUDA, -1)),
+    ("cuda:+3", (DeviceType.CUDA, 3)),
+    (DeviceType.CPU, (DeviceType.CPU, 0)),
+    (DeviceType.CUDA, (DeviceType.CUDA, 0)),
+    (1, (DeviceType.CUDA, 0)),
+    (np.int64(0), (DeviceType.CPU, 0)),
+    (Device(DeviceType.CUDA, 5), (DeviceType.CUDA, 5)),
+])
+def test_accepted_spellings(spec, expected):
+    d = as_device(spec)
+    assert (d.type, d.index) == expected
+    assert type(d.type) is DeviceType
+    # the same spelling labels a raw tensor
+    t = etptr.make_tensor_ptr([2], None, device=spec)
+    assert (t.device.type, t.device.index) == expected
+
+
+@pytest.mark.parametrize("spec, cls, fragment", [
+    ("gpu", etptr.InvalidArgumentError, "device='gpu' is not a device"),
+    ("cuda:", etptr.InvalidArgumentError, "device='cuda:' is not a device"),
+    ("cuda:x", etptr.InvalidArgumentError, "device='cuda:x': device index 'x'"),
+    ("cuda:1:2", etptr.InvalidArgumentError, "device='cuda:1:2'"),
+    ("cuda:128", etptr.InvalidArgumentError, "device index 128"),
+    ("cuda:-2", etptr.InvalidArgumentError, "device index -2"),
+    ("", etptr.InvalidArgumentError, "device='' is not a device"),
+    (2, etptr.InvalidArgumentError, "2 is not a DeviceType code"),
+    (-1, etptr.InvalidArgumentError, "-1 is not a DeviceType code"),
+    (None, etptr.InvalidTypeError, "got None"),
+    (1.0, etptr.InvalidTypeError, "got 1.0"),
+    (True, etptr.InvalidTypeError, "got True"),
+    (("cuda", 1), etptr.InvalidTypeError, "got ('cuda', 1)"),
+    (b"cuda", etptr.InvalidTypeError, "got b'cuda'"),
+])
+def test_refused_spellings_name_the_argument(spec, cls, fragment):
+    with pytest.raises(cls) as info:
+        etptr.make_tensor_ptr([2], None, device=spec)
+    msg = str(info.value)
+    assert msg.startswith("device")
+    assert fragment in msg
+
+
+def test_value_semantics():
+    a = Device(DeviceType.CUDA, 3)
+    assert a == Device("cuda:3") == Device("cuda", 3)
+    assert hash(a) == hash(Device("cuda:3"))
+    assert a != Device("cuda:2") and a != Device(DeviceType.CPU, 3)
+    assert (a == "cuda:3") is False  # no implicit parsing in ==
+    assert (a != "cuda:3") is True
+    assert {a: 1}[Device("cuda:3")] == 1
+    assert a.is_cpu() is False and CPU0.is_cpu() is True
+    assert str(a) == "cuda:3" and str(CPU0) == "cpu"
+    assert repr(a) == "Device(1, 3)"
+    assert Device(DeviceType.CPU) == CPU0
+
+
+def test_string_index_wins_over_index_argument():
+    assert Device("cuda:2", 5).index == 2
+    assert Device("cuda", 5).index == 5
+
+
+def test_pickle_round_trip():
+    for d in (CPU0, Device("cuda:-1"), Device("cuda:127")):
+        again = pickle.loads(pickle.dumps(d))
+        assert again == d and type(again) is Device
+
+
+def test_attributes_are_read_only():
+    d = Device("cuda:1")
+    with pytest.raises(AttributeError):
+        d.index = 2
+    with pytest.raises(AttributeError):
+        d.c_index = 2
+    assert d.index == 1
+
+
+def test_devices_cannot_be_reinitialised():
+    # Regression: calling __init__ again mutated the Device in place, including the
+    # shared CPU device every CPU tensor points at (new tensors then claimed cuda:5).
+    shared = etptr.make_tensor_ptr([1.0]).device
+    for d in (shared, Device("cuda:1"), Device(DeviceType.CPU), as_device("cuda")):
+        before = (d.type, d.index, hash(d))
+        with pytest.raises(etptr.InvalidStateError) as info:
+            d.__init__("cuda:5")
+        assert "is immutable" in str(info.value)
+        assert (d.type, d.index, hash(d)) == before
+    assert etptr.make_tensor_ptr([2.0]).device == Device("cpu")
+    assert etptr.make_tensor_ptr([2.0]).numpy().tolist() == [2.0]
+
+
+@pytest.mark.parametrize("args, cls, argname", [
+    ((DeviceType.CUDA, 128), etptr.InvalidArgumentError, "index"),
+    ((DeviceType.CUDA, -2), etptr.InvalidArgumentError, "index"),
+    ((DeviceType.CUDA, 1 << 80), etptr.InvalidArgumentError, "index"),
+    ((DeviceType.CUDA, 1.0), etptr.InvalidTypeError, "index"),
+    ((DeviceType.CUDA, "1"), etptr.InvalidTypeError, "index"),
+    ((DeviceType.CUDA, False), etptr.InvalidTypeError, "index"),
+    ((5,), etptr.InvalidArgumentError, "type"),
+    ((None,), etptr.InvalidTypeError, "type"),
+    (("tpu",), etptr.InvalidArgumentError, "type"),
+])
+def test_constructor_errors_name_the_argument(args, cls, argname):
+    with pytest.raises(cls) as info:
+        Device(*args)
+    assert str(info.value).startswith(argname)
+
+
+def test_numpy_integer_index():
+    assert Device(DeviceType.CUDA, np.int8(4)).index == 4
+    assert type(Device(DeviceType.CUDA, np.int8(4)).index) is int
+
+
+def test_device_index_of_clone_destination(host_alloc):
+    t = etptr.make_tensor_ptr([1.0, 2.0])
+    d = etptr.clone_tensor_ptr_to_device(t, Device("cuda:4"))
+    assert d.device == Device("cuda:4")
+    assert host_alloc.last_allocate_index == 4
+    d2 = etptr.clone_tensor_ptr_to_device(t, "cuda:4", device_index=6)
+    assert d2.device == Device("cuda:6")
+    assert host_alloc.last_allocate_index == 6

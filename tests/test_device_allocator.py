@@ -1,0 +1,340 @@
+"""etptr._core._device_allocator: the DeviceAllocator interface, the registry, and etptr.testing."""
+import threading
+
+import numpy as np
+import pytest
+
+import etptr
+from etptr import DeviceType
+from etptr._core._device_allocator import _replace_allocator
+from etptr.testing import HostDeviceAllocator, use_allocator
+
+from tests._helpers import PyAllocator, cuda_available, run_isolated
+
+
+@pytest.fixture
+def empty_cuda_slot():
+    """No CUDA allocator registered during the test."""
+    prev = _replace_allocator(DeviceType.CUDA, None)
+    yield
+    _replace_allocator(DeviceType.CUDA, prev)
+
+
+# ------------------------------------------------------------------ the interface
+
+@pytest.mark.parametrize("method, args", [
+    ("allocate", (16, 0)),
+    ("deallocate", (0, 0)),
+    ("copy_host_to_device", (1, 2, 3, 0)),
+    ("copy_device_to_host", (1, 2, 3, 0)),
+])
+def test_base_methods_must_be_overridden(method, args):
+    base = etptr.DeviceAllocator()
+    with pytest.raises(etptr.NotSupportedError) as info:
+        getattr(base, method)(*args)
+    assert f"DeviceAllocator.{method} must be implemented" in str(info.value)
+
+
+def test_base_device_type_must_be_overridden():
+    with pytest.raises(etptr.NotSupportedError) as info:
+        etptr.DeviceAllocator().device_type
+    assert "device_type" in str(info.value)
+
+
+def test_base_hooks():
+    base = etptr.DeviceAllocator()
+    assert base.resolve_index(-1) == 0
+    assert base.resolve_index(3) == 3
+    assert base.allocate_host(64, 0) is None
+    assert etptr.DEFAULT_ALIGNMENT == 8
+
+
+def test_subclass_error_names_the_subclass():
+    class Half(etptr.DeviceAllocator):
+        device_type = DeviceType.CUDA
+    with pytest.raises(etptr.NotSupportedError) as info:
+        Half().allocate(8, 0)
+    assert "Half.allocate" in str(info.value)
+
+
+# ------------------------------------------------------------------ registry
+
+def test_registry_singleton_cannot_be_constructed():
+    reg = etptr.DeviceAllocatorRegistry.instance()
+    assert reg is etptr.DeviceAllocatorRegistry.instance()
+    with pytest.raises(TypeError):
+        etptr.DeviceAllocatorRegistry()
+
+
+def test_register_then_lookup(empty_cuda_slot):
+    a = HostDeviceAllocator()
+    assert etptr.get_device_allocator(DeviceType.CUDA) is None
+    assert etptr.register_device_allocator(a) is None
+    assert etptr.get_device_allocator(DeviceType.CUDA) is a
+    assert etptr.get_device_allocator(1) is a
+    assert etptr.DeviceAllocatorRegistry.instance().get_allocator(DeviceType.CUDA) is a
+    assert etptr.get_device_allocator(DeviceType.CPU) is None
+
+
+def test_double_registration_is_invalid_state(empty_cuda_slot):
+    first, second = HostDeviceAllocator(), PyAllocator()
+    etptr.DeviceAllocatorRegistry.instance().register_allocator(first)
+    with pytest.raises(etptr.InvalidStateError) as info:
+        etptr.register_device_allocator(second)
+    assert info.value.error is etptr.Error.InvalidState
+    assert "already registered" in str(info.value)
+    assert "HostDeviceAllocator" in str(info.value)
+    with pytest.raises(etptr.InvalidStateError):
+        etptr.register_device_allocator(first)  # the same object twice, too
+    assert etptr.get_device_allocator(DeviceType.CUDA) is first
+
+
+@pytest.mark.parametrize("bad, cls, fragment", [
+    (7, etptr.InvalidArgumentError, "device_type=7 is not a DeviceType code"),
+    (-1, etptr.InvalidArgumentError, "device_type=-1 is not a DeviceType code"),
+    ("cuda", etptr.InvalidTypeError, "device_type must be an etptr.DeviceType, got 'cuda'"),
+    (None, etptr.InvalidTypeError, "device_type must be an etptr.DeviceType, got None"),
+    (1.0, etptr.InvalidTypeError, "got 1.0"),
+    (True, etptr.InvalidTypeError, "got True"),
+    (etptr.Device("cuda"), etptr.InvalidTypeError, "got Device(1, 0)"),
+])
+def test_lookup_with_a_bad_device_type(bad, cls, fragment):
+    # Regression: these raised a bare ValueError from the DeviceType enum.
+    for lookup in (etptr.get_device_allocator, etptr.DeviceAllocatorRegistry.instance().get_allocator):
+        with pytest.raises(cls) as info:
+            lookup(bad)
+        assert fragment in str(info.value)
+
+
+def test_lookup_accepts_numpy_integers(host_alloc):
+    assert etptr.get_device_allocator(np.int8(1)) is host_alloc
+
+
+class _NoType(etptr.DeviceAllocator):
+    pass
+
+
+class _StrType(etptr.DeviceAllocator):
+    device_type = "tpu"
+
+
+class _BadCode(etptr.DeviceAllocator):
+    device_type = 7
+
+
+class _Raising(etptr.DeviceAllocator):
+    @property
+    def device_type(self):
+        raise KeyError("no type")
+
+
+@pytest.mark.parametrize("obj, cls, fragment", [
+    (None, etptr.InvalidTypeError, "got NoneType"),
+    (object(), etptr.InvalidTypeError, "got object"),
+    (HostDeviceAllocator, etptr.InvalidTypeError, "got type"),  # the class, not an instance
+    ("cuda", etptr.InvalidTypeError, "got str"),
+    (_NoType(), etptr.InvalidArgumentError, "alloc.device_type could not be read"),
+    (_StrType(), etptr.InvalidArgumentError, "alloc.device_type='tpu' is not a DeviceType"),
+    (_BadCode(), etptr.InvalidArgumentError, "alloc.device_type=7 is not a DeviceType"),
+    (_Raising(), etptr.InvalidArgumentError, "KeyError"),
+    (HostDeviceAllocator(DeviceType.CPU), etptr.InvalidArgumentError, "CPU"),
+])
+def test_bad_registrations(obj, cls, fragment, empty_cuda_slot):
+    with pytest.raises(cls) as info:
+        etptr.register_device_allocator(obj)
+    assert str(info.value).startswith("alloc")
+    assert fragment in str(info.value)
+    assert etptr.get_device_allocator(DeviceType.CUDA) is None
+    assert etptr.get_device_allocator(DeviceType.CPU) is None
+
+
+@pytest.mark.thread_unsafe
+def test_registration_from_many_threads(empty_cuda_slot):
+    n = 16
+    allocs = [HostDeviceAllocator() for _ in range(n)]
+    barrier = threading.Barrier(n)
+    outcome = [None] * n
+    seen = [None] * n
+
+    def worker(i):
+        barrier.wait()
+        try:
+            etptr.register_device_allocator(allocs[i])
+            outcome[i] = "ok"
+        except etptr.InvalidStateError:
+            outcome[i] = "refused"
+        seen[i] = etptr.get_device_allocator(DeviceType.CUDA)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert outcome.count("ok") == 1
+    assert outcome.count("refused") == n - 1
+    winner = allocs[outcome.index("ok")]
+    assert etptr.get_device_allocator(DeviceType.CUDA) is winner
+    assert all(s is winner for s in seen)  # every thread saw the one registration
+
+
+@pytest.mark.thread_unsafe
+def test_lookups_race_with_replacement(empty_cuda_slot):
+    a, b = HostDeviceAllocator(), HostDeviceAllocator()
+    stop = threading.Event()
+    seen = set()
+
+    def reader():
+        while not stop.is_set():
+            seen.add(id(etptr.get_device_allocator(DeviceType.CUDA)))
+
+    readers = [threading.Thread(target=reader) for _ in range(4)]
+    for th in readers:
+        th.start()
+    for i in range(2000):
+        _replace_allocator(DeviceType.CUDA, a if i % 2 else b)
+    stop.set()
+    for th in readers:
+        th.join()
+    assert seen <= {id(None), id(a), id(b)}
+
+
+@pytest.mark.skipif(cuda_available(), reason="CuPy and a device are present")
+def test_lazy_cuda_lookup_without_cupy_is_none():
+    proc = run_isolated("""
+        import sys
+        import etptr
+        assert "cupy" not in sys.modules
+        print(etptr.get_device_allocator(etptr.DeviceType.CUDA))
+        print(etptr.get_device_allocator(etptr.DeviceType.CUDA))
+        try:
+            etptr.empty([2], device="cuda")
+        except etptr.NotFoundError as e:
+            print("NotFound", "device=cuda:0" in str(e))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == ["None", "None", "NotFound True"]
+
+
+# ------------------------------------------------------------------ etptr.testing
+
+def test_host_device_allocator_counts_and_records():
+    a = HostDeviceAllocator()
+    assert a.device_type is DeviceType.CUDA
+    p = a.allocate(100, 3, 64)
+    assert p % 64 == 0
+    assert (a.allocate_count, a.last_allocate_size, a.last_allocate_index,
+            a.last_allocate_ptr) == (1, 100, 3, p)
+    assert a.live_bytes == 100
+    src = np.arange(100, dtype=np.uint8)
+    a.copy_host_to_device(p, src.ctypes.data, 100, 3)
+    assert (a.h2d_count, a.last_h2d_dst, a.last_h2d_src, a.last_h2d_size,
+            a.last_h2d_index) == (1, p, src.ctypes.data, 100, 3)
+    out = np.zeros(100, dtype=np.uint8)
+    a.copy_device_to_host(out.ctypes.data, p, 100, 3)
+    assert (a.d2h_count, a.last_d2h_dst, a.last_d2h_src, a.last_d2h_size,
+            a.last_d2h_index) == (1, out.ctypes.data, p, 100, 3)
+    np.testing.assert_array_equal(out, src)
+    a.deallocate(p, 3)
+    assert (a.deallocate_count, a.last_deallocate_ptr, a.last_deallocate_index) == (1, p, 3)
+    assert a.live_bytes == 0
+
+
+def test_host_device_allocator_checks_its_callers():
+    a = HostDeviceAllocator()
+    p = a.allocate(16, 0)
+    with pytest.raises(etptr.InvalidArgumentError, match="dst="):
+        a.copy_host_to_device(p + 8, np.zeros(16, np.uint8).ctypes.data, 16, 0)
+    with pytest.raises(etptr.InvalidArgumentError, match="src="):
+        a.copy_device_to_host(np.zeros(32, np.uint8).ctypes.data, p, 32, 0)
+    with pytest.raises(etptr.InvalidArgumentError, match="was not allocated"):
+        a.deallocate(p + 1, 0)
+    with pytest.raises(etptr.InvalidArgumentError, match="alignment=3"):
+        a.allocate(8, 0, 3)
+    with pytest.raises(etptr.InvalidArgumentError, match="nbytes=-1"):
+        a.allocate(-1, 0)
+    a.deallocate(0, 0)  # a no-op, but counted
+    assert a.deallocate_count == 2 and a.live_bytes == 16
+
+
+def test_host_device_allocator_argument_types():
+    with pytest.raises(etptr.InvalidTypeError, match="device_type must be"):
+        HostDeviceAllocator("cuda")
+    with pytest.raises(etptr.InvalidArgumentError, match="device_type=5"):
+        HostDeviceAllocator(5)
+    a = HostDeviceAllocator(np.int64(1))
+    assert a.device_type is DeviceType.CUDA
+    assert a.allocate(np.uint32(8), np.int8(0)) == a.last_allocate_ptr
+    for args in (("8", 0), (8.5, 0), (8, 0, 8.0), (True, 0)):
+        with pytest.raises(etptr.InvalidTypeError, match="is not an int"):
+            a.allocate(*args)
+    assert a.allocate_count == 1
+
+
+def test_fail_after():
+    a = HostDeviceAllocator()
+    a.fail_after = 1
+    a.allocate(8, 0)
+    with pytest.raises(etptr.MemoryAllocationError) as info:
+        a.allocate(8, 0)
+    assert info.value.error is etptr.Error.MemoryAllocationFailed
+    assert a.allocate_count == 1
+
+
+def test_use_allocator_restores_after_an_exception(empty_cuda_slot):
+    a = HostDeviceAllocator()
+    with pytest.raises(KeyError):
+        with use_allocator(a) as got:
+            assert got is a
+            assert etptr.get_device_allocator(DeviceType.CUDA) is a
+            raise KeyError("inside")
+    assert etptr.get_device_allocator(DeviceType.CUDA) is None
+
+
+@pytest.mark.parametrize("bad", [None, object(), HostDeviceAllocator], ids=repr)
+def test_use_allocator_needs_an_allocator(bad):
+    # Regression: None gave a bare AttributeError.
+    before = etptr.get_device_allocator(DeviceType.CUDA)
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        with use_allocator(bad):
+            pass
+    assert str(info.value).startswith("alloc must be an etptr.DeviceAllocator, got ")
+    assert etptr.get_device_allocator(DeviceType.CUDA) is before
+
+
+def test_use_allocator_for_another_device_type_slot():
+    a = HostDeviceAllocator(DeviceType.CPU)  # allowed through the test helper
+    with use_allocator(a):
+        assert etptr.get_device_allocator(DeviceType.CPU) is a
+    assert etptr.get_device_allocator(DeviceType.CPU) is None
+
+
+def test_python_subclass_drives_a_clone(py_alloc):
+    t = etptr.make_tensor_ptr([3], [1.0, 2.0, 3.0])
+    d = etptr.clone_tensor_ptr_to(t, "cuda:-1")
+    assert d.device == etptr.Device("cuda:0")  # the base resolve_index maps -1 to 0
+    assert py_alloc.named("allocate") == [(12, 0, 8)]
+    py_alloc.resolved = 5
+    d5 = etptr.clone_tensor_ptr_to(t, "cuda:-1")
+    assert d5.device == etptr.Device("cuda:5")
+    assert py_alloc.named("allocate")[-1] == (12, 5, 8)
+    back = etptr.clone_tensor_ptr_to(d5, "cpu")
+    assert py_alloc.named("d2h")[-1][1:] == (d5.data_ptr, 12, 5)
+    assert back.numpy().tolist() == [1.0, 2.0, 3.0]
+    del d, d5
+    import gc
+    gc.collect()
+    assert py_alloc.live == {}
+    assert sorted(c[1] for c in py_alloc.named("deallocate")) == [0, 5]
+
+
+@pytest.mark.cuda
+def test_cuda_allocator_registers_itself_on_first_lookup():
+    proc = run_isolated("""
+        import etptr
+        a = etptr.get_device_allocator(etptr.DeviceType.CUDA)
+        print(type(a).__name__, a.device_type == etptr.DeviceType.CUDA,
+              a is etptr.get_device_allocator(etptr.DeviceType.CUDA))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["CudaAllocator", "True", "True"]
+

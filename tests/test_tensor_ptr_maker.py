@@ -1,0 +1,474 @@
+"""etptr._core._tensor_ptr_maker: for_blob, from_blob and every allocating maker."""
+import ctypes
+import gc
+import inspect
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import etptr
+from etptr import Device, DeviceType
+from etptr import ScalarType as ST
+from etptr import TensorShapeDynamism as Dyn
+
+
+def host_values(t):
+    """A device or host tensor's elements, as a flat float64 list (through a clone for devices)."""
+    if not t.device.is_cpu():
+        t = etptr.clone_tensor_ptr_to_cpu(t)
+    return np.asarray(t.numpy()).astype(np.float64).ravel(order="K").tolist()
+
+
+# ------------------------------------------------------------------ for_blob / from_blob
+
+def test_for_blob_setters_chain_and_mutate():
+    buf = np.zeros(6, dtype=np.int32)
+    seen = []
+    m = etptr.for_blob(buf.ctypes.data, [2, 3])
+    assert isinstance(m, etptr.TensorPtrMaker)
+    for name, arg in (("type", ST.Int), ("dim_order", [1, 0]), ("strides", [1, 2]),
+                      ("dynamism", Dyn.STATIC), ("deleter", seen.append), ("device", "cuda:2")):
+        assert getattr(m, name)(arg) is m
+    t = m.make_tensor_ptr()
+    assert (t.sizes, t.dim_order, t.strides, t.scalar_type, t.shape_dynamism, t.device) == \
+        ((2, 3), (1, 0), (1, 2), ST.Int, Dyn.STATIC, Device("cuda:2"))
+    assert t.data_ptr == buf.ctypes.data
+    del t
+    gc.collect()
+    assert seen == [buf.ctypes.data]
+
+
+def test_for_blob_builds_independent_tensors():
+    buf = np.arange(4, dtype=np.float32)
+    m = etptr.for_blob(buf.ctypes.data, [4])
+    a = m.make_tensor_ptr()
+    b = m.dim_order([0]).make_tensor_ptr()
+    assert a is not b and a.data_ptr == b.data_ptr == buf.ctypes.data
+    etptr.resize_tensor_ptr(a, [2])
+    assert (a.sizes, b.sizes) == ((2,), (4,))
+
+
+def test_for_blob_copies_sequences():
+    buf = np.zeros(6, dtype=np.float32)
+    sizes, order, strides = [2, 3], [0, 1], [3, 1]
+    m = etptr.for_blob(buf.ctypes.data, sizes).dim_order(order).strides(strides)
+    sizes[0] = order[0] = strides[0] = 99
+    t = m.make_tensor_ptr()
+    assert (t.sizes, t.dim_order, t.strides) == ((2, 3), (0, 1), (3, 1))
+
+
+def test_for_blob_over_a_buffer_keeps_it_alive():
+    t = etptr.for_blob(np.arange(4.0), [2, 2], ST.Double).make_tensor_ptr()
+    gc.collect()
+    assert t.numpy().tolist() == [[0.0, 1.0], [2.0, 3.0]]
+
+
+@pytest.mark.parametrize("setup, cls, fragment", [
+    (lambda m: m.type("x"), etptr.InvalidTypeError, "type must be"),
+    (lambda m: m.type(40), etptr.InvalidArgumentError, "type=40"),
+    (lambda m: m.dim_order([1, 1]), etptr.InvalidArgumentError, "dim_order=(1, 1)"),
+    (lambda m: m.strides([1, 1]), etptr.InvalidArgumentError, "strides=(1, 1)"),
+    (lambda m: m.dynamism(5), etptr.InvalidArgumentError, "dynamism=5"),
+    (lambda m: m.deleter(3), etptr.InvalidTypeError, "deleter=3"),
+    (lambda m: m.device("npu"), etptr.InvalidArgumentError, "device='npu'"),
+])
+def test_for_blob_errors_surface_at_make(setup, cls, fragment):
+    buf = np.zeros(4, dtype=np.float32)
+    seen = []
+    m = etptr.for_blob(buf.ctypes.data, [2, 2]).deleter(seen.append)
+    setup(m)
+    with pytest.raises(cls) as info:
+        m.make_tensor_ptr()
+    assert fragment in str(info.value)
+    gc.collect()
+    assert seen == []
+
+
+@pytest.mark.parametrize("setup, argname", [
+    (lambda addr: etptr.for_blob(addr, 4), "sizes"),
+    (lambda addr: etptr.for_blob(addr, [4]).dim_order(0), "dim_order"),
+    (lambda addr: etptr.for_blob(addr, [4]).strides(1), "strides"),
+    (lambda addr: etptr.for_blob(addr, [4]).strides(1.5), "strides"),
+])
+def test_for_blob_non_sequences(setup, argname):
+    # Regression: list() on these let a bare TypeError escape.
+    buf = np.zeros(4, dtype=np.float32)
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        setup(buf.ctypes.data)
+    assert str(info.value).startswith(f"{argname} must be a sequence of ints, got ")
+
+
+def test_maker_cannot_be_built_directly():
+    with pytest.raises(TypeError, match="for_blob"):
+        etptr.TensorPtrMaker()
+
+
+def test_from_blob():
+    buf = np.arange(8, dtype=np.int16)
+    t = etptr.from_blob(buf.ctypes.data, [2, 4], ST.Short, strides=[4, 1], dynamism=Dyn.STATIC)
+    assert t.numpy().tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert t.shape_dynamism is Dyn.STATIC
+    f = etptr.from_blob(buf.ctypes.data, [2])
+    assert f.scalar_type is ST.Float  # the C++ default type
+    a = etptr.from_blob(buf, [4, 2], type=ST.Short, dim_order=[1, 0])
+    assert a.strides == (1, 4) and a.data_ptr == buf.ctypes.data
+    with pytest.raises(etptr.InvalidArgumentError):
+        etptr.from_blob(buf, [100], type=ST.Short)
+
+
+def test_maker_signatures_follow_cpp_order():
+    params = {name: list(inspect.signature(getattr(etptr, name)).parameters)
+              for name in ("full", "randint", "from_blob", "empty_strided", "full_like", "randint_like")}
+    assert params["full"][:3] == ["sizes", "fill_value", "type"]
+    assert params["randint"][:4] == ["low", "high", "sizes", "type"]
+    assert params["from_blob"][:3] == ["data", "sizes", "type"]
+    assert params["empty_strided"][:3] == ["sizes", "strides", "type"]
+    assert params["full_like"][:3] == ["other", "fill_value", "type"]
+    assert params["randint_like"][:3] == ["other", "low", "high"]
+    for name in ("empty", "zeros", "ones", "rand", "randn", "full", "randint", "empty_like"):
+        assert inspect.signature(getattr(etptr, name)).parameters["device"].kind is \
+            inspect.Parameter.KEYWORD_ONLY
+
+
+# ------------------------------------------------------------------ allocating makers on the host
+
+@pytest.mark.parametrize("stype", [ST.Float, ST.Double, ST.Long, ST.Byte, ST.Bool, ST.QInt8,
+                                   ST.ComplexHalf, ST.Bits16])
+def test_empty_any_type(stype):
+    t = etptr.empty([3, 4], stype)
+    assert (t.sizes, t.strides, t.scalar_type, t.nbytes) == ((3, 4), (4, 1), stype,
+                                                            12 * etptr.element_size(stype))
+    assert t.data_ptr != 0 and t.readonly is False
+    ctypes.memset(t.data_ptr, 0x5A, t.nbytes)  # the memory is really there
+    assert ctypes.string_at(t.data_ptr, t.nbytes) == b"\x5a" * t.nbytes
+
+
+def test_empty_strided_and_zero_size():
+    t = etptr.empty_strided([2, 3, 4], [1, 8, 2])
+    assert (t.dim_order, t.strides) == ((1, 2, 0), (1, 8, 2))
+    z = etptr.empty([0, 3])
+    assert (z.numel(), z.nbytes) == (0, 0) and z.data_ptr != 0
+    s = etptr.empty([])
+    assert (s.sizes, s.numel(), s.shape_dynamism) == ((), 1, Dyn.STATIC)
+
+
+@pytest.mark.parametrize("value, stype, expected", [
+    (7, ST.Float, 7.0), (2.5, ST.Double, 2.5), (-3, ST.Int, -3), (1 << 40, ST.Long, 1 << 40),
+    (3, ST.Half, 3.0), (1.5, ST.BFloat16, 1.5), (1.5, ST.Float8_e4m3fn, 1.5),
+    (True, ST.Bool, True), (0.0, ST.Bool, False), (300, ST.Byte, 44), (-1, ST.UInt64, (1 << 64) - 1),
+    (2.75, ST.UInt16, 2), (np.float32(0.5), ST.Float, 0.5), (np.int8(-2), ST.Long, -2),
+    (np.True_, ST.Bool, True), (2.5, ST.ComplexFloat, 2.5 + 0j),
+])
+def test_full_values(value, stype, expected):
+    t = etptr.full([2, 2], value, type=stype)
+    assert t.scalar_type is stype
+    got = t.numpy()
+    if stype in (ST.BFloat16, ST.Float8_e4m3fn):
+        got = got.astype(np.float64)
+    assert got.tolist() == [[expected] * 2] * 2
+
+
+def test_full_strided_zeros_ones_scalar():
+    f = etptr.full_strided([2, 3], [1, 2], 4, type=ST.Short)
+    assert (f.dim_order, f.numpy().tolist()) == ((1, 0), [[4] * 3] * 2)
+    assert etptr.zeros([3], type=ST.Double).numpy().tolist() == [0.0] * 3
+    assert etptr.ones([2], type=ST.Bool).numpy().tolist() == [True, True]
+    assert etptr.ones([2], type=ST.BFloat16).numpy().astype(float).tolist() == [1.0, 1.0]
+    q = etptr.zeros([5], type=ST.QInt8)  # zeros works for every type: it writes zero bytes
+    assert ctypes.string_at(q.data_ptr, 5) == b"\0" * 5
+    s = etptr.scalar_tensor(4, type=ST.Int)
+    assert (s.sizes, s.shape_dynamism, s.numpy()[()]) == ((), Dyn.STATIC, 4)
+
+
+@pytest.mark.parametrize("maker", [
+    lambda: etptr.full([2], 1, type=ST.QInt8),
+    lambda: etptr.ones([2], type=ST.ComplexHalf),
+    lambda: etptr.rand([2], type=ST.Bits8),
+    lambda: etptr.randn([2], type=ST.QUInt4x2),
+    lambda: etptr.randint(0, 4, [2], type=ST.QInt32),
+])
+def test_filled_makers_need_a_host_representation(maker):
+    with pytest.raises(etptr.NotSupportedError, match="has no NumPy dtype"):
+        maker()
+
+
+def test_rand_and_randn():
+    etptr.manual_seed(1234)
+    r = etptr.rand([1000]).numpy()
+    assert r.dtype == np.float32 and r.min() >= 0.0 and r.max() < 1.0
+    assert len(np.unique(r)) > 900
+    n = etptr.randn([2000], type=ST.Double).numpy()
+    assert abs(n.mean()) < 0.2 and 0.8 < n.std() < 1.2
+    assert etptr.rand([8], type=ST.Int).numpy().tolist() == [0] * 8  # [0, 1) cast to int
+    rs = etptr.rand_strided([3, 4], [1, 3])
+    assert rs.dim_order == (1, 0) and rs.numel() == 12
+    ns = etptr.randn_strided([3, 4], [4, 1], type=ST.BFloat16)
+    assert ns.scalar_type is ST.BFloat16
+
+
+@pytest.mark.parametrize("seed, cls", [
+    ("x", etptr.InvalidTypeError), (1.5, etptr.InvalidTypeError), (-1, etptr.InvalidArgumentError),
+])
+def test_manual_seed_bad_seeds(seed, cls):
+    # Regression: NumPy's TypeError / ValueError escaped.
+    etptr.manual_seed(5)
+    first = etptr.rand([3]).numpy().tolist()
+    etptr.manual_seed(5)
+    with pytest.raises(cls) as info:
+        etptr.manual_seed(seed)
+    assert str(info.value).startswith(f"seed={seed!r}")
+    assert etptr.rand([3]).numpy().tolist() == first  # the generator was left alone
+
+
+def test_manual_seed_accepts_none_and_numpy_ints():
+    etptr.manual_seed(np.uint32(3))
+    a = etptr.rand([2]).numpy().tolist()
+    etptr.manual_seed(3)
+    assert etptr.rand([2]).numpy().tolist() == a
+    etptr.manual_seed(None)
+    assert etptr.rand([2]).numel() == 2
+
+
+def test_manual_seed_reproduces():
+    etptr.manual_seed(7)
+    a = [etptr.rand([5]).numpy().tolist(), etptr.randint(0, 100, [5]).numpy().tolist()]
+    etptr.manual_seed(7)
+    b = [etptr.rand([5]).numpy().tolist(), etptr.randint(0, 100, [5]).numpy().tolist()]
+    assert a == b
+    etptr.manual_seed(8)
+    assert etptr.rand([5]).numpy().tolist() != a[0]
+
+
+@pytest.mark.parametrize("low, high, stype", [
+    (0, 3, ST.Int), (-5, 5, ST.Long), (10, 20, ST.Short), (0, 2, ST.Bool), (-(1 << 63), (1 << 63) - 1, ST.Long),
+    (250, 256, ST.Byte), (0, 1000, ST.Double), (np.int8(-3), np.uint16(3), ST.Char),
+])
+def test_randint_ranges(low, high, stype):
+    etptr.manual_seed(99)
+    t = etptr.randint(low, high, [4000], type=stype)
+    v = t.numpy()
+    assert t.scalar_type is stype
+    if stype is ST.Bool:
+        assert set(v.tolist()) == {False, True}
+    elif high - low <= 10:
+        assert set(v.astype(np.int64).tolist()) == set(range(int(low), int(high)))
+    else:
+        assert v.min() >= low and v.max() < high
+
+
+def test_randint_strided_and_default_type():
+    t = etptr.randint_strided(1, 2, [2, 3], [1, 2])
+    assert (t.scalar_type, t.dim_order, t.numpy().tolist()) == (ST.Int, (1, 0), [[1] * 3] * 2)
+    assert etptr.randint(0, 1, [3]).numpy().tolist() == [0, 0, 0]
+
+
+@pytest.mark.parametrize("low, high, cls, fragment", [
+    (5, 5, etptr.InvalidArgumentError, "need low < high"),
+    (6, 5, etptr.InvalidArgumentError, "need low < high"),
+    (0, 1 << 63, etptr.InvalidArgumentError, "within int64"),
+    (-(1 << 63) - 1, 0, etptr.InvalidArgumentError, "within int64"),
+    (0.0, 5, etptr.InvalidTypeError, "low=0.0 must be an int"),
+    (0, "5", etptr.InvalidTypeError, "high='5' must be an int"),
+    (False, 5, etptr.InvalidTypeError, "low=False"),
+    (None, 5, etptr.InvalidTypeError, "low=None"),
+])
+def test_randint_bad_bounds(low, high, cls, fragment):
+    with pytest.raises(cls) as info:
+        etptr.randint(low, high, [2])
+    assert fragment in str(info.value)
+    other = etptr.zeros([2])
+    with pytest.raises(cls):
+        etptr.randint_like(other, low, high)
+    with pytest.raises(cls):
+        etptr.randint_strided(low, high, [2], [1])
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("1", "fill_value='1' of type str"), (None, "fill_value=None"), (1j, "fill_value=1j"),
+    ([1], "fill_value=[1]"), (np.array([1.0]), "fill_value=array"),
+])
+def test_full_bad_fill_values(value, fragment):
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        etptr.full([2], value)
+    assert fragment in str(info.value)
+    with pytest.raises(etptr.InvalidTypeError):
+        etptr.full_like(etptr.zeros([2]), value)
+
+
+@pytest.mark.parametrize("value, cls, fragment", [
+    (np.str_("a"), etptr.InvalidTypeError, "of type str_ is not a real number"),
+    (np.complex64(1 + 1j), etptr.InvalidTypeError, "of type complex64"),
+    (np.datetime64("2020"), etptr.InvalidTypeError, "of type datetime64"),
+    (1 << 63, etptr.InvalidArgumentError, f"fill_value={1 << 63} does not fit int64"),
+    (-(1 << 63) - 1, etptr.InvalidArgumentError, "does not fit int64"),
+    (1 << 1100, etptr.InvalidArgumentError, "does not fit int64"),
+    (np.uint64((1 << 64) - 1), etptr.InvalidArgumentError, "does not fit int64"),
+])
+def test_full_fill_values_executorch_scalar_cannot_hold(value, cls, fragment):
+    # Regression: these gave a bare ValueError, a ComplexWarning, a silent wrap to -1,
+    # an OverflowError, or (datetime64) a filled tensor.
+    for make in (lambda: etptr.full([2], value, type=ST.Long),
+                 lambda: etptr.full_like(etptr.zeros([2]), value),
+                 lambda: etptr.full_strided([2], [1], value, type=ST.Double)):
+        with pytest.raises(cls) as info:
+            make()
+        assert fragment in str(info.value)
+
+
+def test_full_int64_limits():
+    assert etptr.full([1], (1 << 63) - 1, type=ST.Long).numpy().tolist() == [(1 << 63) - 1]
+    assert etptr.full([1], -(1 << 63), type=ST.Long).numpy().tolist() == [-(1 << 63)]
+    assert etptr.full([1], 1e300, type=ST.Float).numpy().tolist() == [float("inf")]
+
+
+@pytest.mark.parametrize("maker", [etptr.empty, etptr.zeros, etptr.ones, etptr.rand, etptr.randn,
+                                   lambda s, **k: etptr.full(s, 1, **k),
+                                   lambda s, **k: etptr.randint(0, 2, s, **k)],
+                         ids=["empty", "zeros", "ones", "rand", "randn", "full", "randint"])
+@pytest.mark.parametrize("sizes, kwargs, cls, fragment", [
+    ([-1], {}, etptr.InvalidArgumentError, "sizes[0]=-1"),
+    ([1] * 17, {}, etptr.InvalidArgumentError, "17 entries"),
+    ([1 << 62], {"type": ST.Double}, etptr.InvalidArgumentError, "byte count overflows"),
+    (None, {}, etptr.InvalidArgumentError, "sizes must be a sequence"),
+    ("22", {}, etptr.InvalidTypeError, "sizes must be a sequence"),
+    ([2], {"type": "f"}, etptr.InvalidTypeError, "type must be"),
+    ([2], {"type": 31}, etptr.InvalidArgumentError, "type=31"),
+    ([2], {"dynamism": 4}, etptr.InvalidArgumentError, "dynamism=4"),
+    ([2], {"device": "npu"}, etptr.InvalidArgumentError, "device='npu'"),
+    ([2], {"device": None}, etptr.InvalidTypeError, "device must be"),
+])
+def test_maker_bad_arguments(maker, sizes, kwargs, cls, fragment):
+    with pytest.raises(cls) as info:
+        maker(sizes, **kwargs)
+    assert fragment in str(info.value)
+
+
+def test_huge_host_allocation_is_a_memory_error():
+    with pytest.raises(etptr.MemoryAllocationError) as info:
+        etptr.empty([1 << 50], type=ST.Byte)
+    assert "could not allocate 1125899906842624 bytes" in str(info.value)
+    with pytest.raises(etptr.MemoryAllocationError):
+        etptr.zeros([1 << 24, 1 << 26], type=ST.Bool)
+
+
+# ------------------------------------------------------------------ *_like
+
+LIKE = {
+    "empty_like": lambda o, **k: etptr.empty_like(o, **k),
+    "zeros_like": lambda o, **k: etptr.zeros_like(o, **k),
+    "ones_like": lambda o, **k: etptr.ones_like(o, **k),
+    "full_like": lambda o, **k: etptr.full_like(o, 3, **k),
+    "rand_like": lambda o, **k: etptr.rand_like(o, **k),
+    "randn_like": lambda o, **k: etptr.randn_like(o, **k),
+    "randint_like": lambda o, **k: etptr.randint_like(o, 3, 4, **k),
+}
+
+
+@pytest.mark.parametrize("name", list(LIKE))
+def test_like_defaults(name):
+    other = etptr.make_tensor_ptr([2, 3, 4], None, dim_order=[2, 0, 1], type=ST.Double,
+                                  dynamism=Dyn.STATIC)
+    t = LIKE[name](other)
+    assert (t.sizes, t.dim_order, t.strides, t.scalar_type, t.device) == \
+        (other.sizes, other.dim_order, other.strides, ST.Double, other.device)
+    assert t.shape_dynamism is Dyn.DYNAMIC_BOUND  # dynamism is a parameter of its own
+    assert t.data_ptr not in (0, other.data_ptr)
+    values = t.numpy()
+    if name in ("zeros_like", "ones_like", "full_like", "randint_like"):
+        assert set(values.ravel().tolist()) == {{"zeros_like": 0.0, "ones_like": 1.0}.get(name, 3.0)}
+    t2 = LIKE[name](other, type=ST.Float, dynamism=Dyn.DYNAMIC_UNBOUND)
+    assert (t2.scalar_type, t2.shape_dynamism, t2.strides) == (ST.Float, Dyn.DYNAMIC_UNBOUND, other.strides)
+
+
+@pytest.mark.parametrize("name", list(LIKE))
+@pytest.mark.parametrize("sizes, dim_order", [([0, 3], [1, 0]), ([1, 3], [1, 0]), ([2, 1, 0], [2, 0, 1])])
+def test_like_keeps_dim_order_where_strides_cannot_tell(name, sizes, dim_order):
+    # Regression: the dim order was inferred back from other's strides, which loses it
+    # for size-0/1 dims; for a zero-size permuted tensor that raised InvalidArgumentError.
+    other = etptr.make_tensor_ptr(sizes, None, dim_order=dim_order)
+    t = LIKE[name](other)
+    assert (t.sizes, t.dim_order, t.strides) == (other.sizes, other.dim_order, other.strides)
+
+
+@pytest.mark.parametrize("name", list(LIKE))
+@pytest.mark.parametrize("bad", [None, [1.0, 2.0], np.zeros(2)], ids=repr)
+def test_like_needs_a_tensor(name, bad):
+    # Regression: Cython's argument check raised a plain TypeError.
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        LIKE[name](bad)
+    assert str(info.value).startswith(f"other must be an etptr.TensorPtr, got {bad!r}")
+
+
+@pytest.mark.parametrize("name", list(LIKE))
+def test_like_on_a_device(name, host_alloc):
+    other = etptr.zeros([2, 2], device="cuda:1")
+    before = host_alloc.allocate_count
+    t = LIKE[name](other)
+    assert t.device == Device("cuda:1")
+    assert host_alloc.allocate_count == before + 1
+    assert host_alloc.last_allocate_index == 1 and host_alloc.last_allocate_size == 16
+    cpu = LIKE[name](other, device="cpu")
+    assert cpu.device.is_cpu()
+    if name == "ones_like":
+        assert host_values(t) == [1.0] * 4
+
+
+# ------------------------------------------------------------------ device=
+
+@pytest.mark.parametrize("maker, expected", [
+    (lambda **k: etptr.zeros([2, 3], **k), [0.0] * 6),
+    (lambda **k: etptr.ones([2, 3], **k), [1.0] * 6),
+    (lambda **k: etptr.full([2, 3], 2.5, **k), [2.5] * 6),
+    (lambda **k: etptr.full_strided([2, 3], [1, 2], 4, **k), [4.0] * 6),
+    (lambda **k: etptr.scalar_tensor(9, **k), [9.0]),
+    (lambda **k: etptr.randint(5, 6, [2, 3], **k), [5.0] * 6),
+    (lambda **k: etptr.rand([2, 3], **k), None),
+    (lambda **k: etptr.randn([2, 3], **k), None),
+    (lambda **k: etptr.empty([2, 3], **k), None),
+    (lambda **k: etptr.empty_strided([2, 3], [1, 2], **k), None),
+])
+def test_makers_on_a_device(maker, expected, host_alloc):
+    t = maker(device="cuda:2")
+    assert t.device == Device("cuda:2")
+    assert host_alloc.allocate_count == 1 and host_alloc.last_allocate_index == 2
+    assert host_alloc.live_bytes == t.nbytes
+    if expected is not None:
+        assert host_values(t) == expected
+    del t
+    gc.collect()
+    assert host_alloc.live_bytes == 0 and host_alloc.deallocate_count == 1
+
+
+def test_device_maker_allocation_failure(host_alloc):
+    host_alloc.fail_after = 0
+    for maker in (lambda: etptr.empty([2], device="cuda"), lambda: etptr.ones([2], device="cuda")):
+        with pytest.raises(etptr.MemoryAllocationError):
+            maker()
+    assert host_alloc.live_bytes == 0 and host_alloc.h2d_count == 0
+
+
+def test_device_index_minus_one_resolves(py_alloc):
+    py_alloc.resolved = 3
+    t = etptr.empty([2], device="cuda:-1")
+    assert t.device == Device("cuda:3")
+    assert py_alloc.named("allocate") == [(8, 3, 8)]
+    del t
+    gc.collect()
+    assert [c[1] for c in py_alloc.named("deallocate")] == [3]
+
+
+def test_device_makers_without_allocator():
+    from etptr._core._device_allocator import _replace_allocator
+    prev = _replace_allocator(DeviceType.CUDA, None)
+    try:
+        for maker in (etptr.empty, etptr.zeros, etptr.rand):
+            with pytest.raises(etptr.NotFoundError, match="device=cuda:0"):
+                maker([2], device="cuda")
+    finally:
+        _replace_allocator(DeviceType.CUDA, prev)
+
+
+def test_bfloat16_makers_match_ml_dtypes():
+    t = etptr.full([3], 1.1, type=ST.BFloat16)
+    assert t.numpy().tolist() == np.full(3, 1.1).astype(ml_dtypes.bfloat16).tolist()
