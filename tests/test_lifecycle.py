@@ -306,3 +306,21 @@ def test_no_growth_over_many_tensors():
     churn()
     gc.collect()
     assert len(gc.get_objects()) - before < 50
+
+
+def test_deleter_failure_is_reported_when_warnings_are_errors():
+    # With -W error the EtWarning itself cannot be raised from teardown; it must reach
+    # sys.unraisablehook rather than vanish.
+    proc = run_isolated("""
+        import sys, warnings
+        warnings.simplefilter("error")
+        import numpy as np, etptr
+        seen = []
+        sys.unraisablehook = lambda args: seen.append(args.exc_value)
+        b = np.zeros(2)
+        t = etptr.make_tensor_ptr([2], b.ctypes.data, deleter=lambda p: 1 / 0)
+        del t
+        print(type(seen[0]).__name__, "ZeroDivisionError" in str(seen[0]))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["EtWarning", "True"]

@@ -276,11 +276,21 @@ cdef int c_type_arg(object t, int default) except -1:
 
 # ------------------------------------------------------------------ the tensor
 
+cdef void _write_unraisable(object exc) noexcept:
+    # A noexcept function that raises hands the exception to sys.unraisablehook.
+    raise exc
+
+
 cdef void _warn_teardown(str what, object exc) noexcept:
+    """Report a failure during teardown as an EtWarning (it cannot be raised).
+
+    When warnings are errors (``-W error``), the warning itself goes to
+    ``sys.unraisablehook`` instead of vanishing.
+    """
     try:
         warnings.warn(f"etptr: {what} raised during teardown: {exc!r}", EtWarning, stacklevel=2)
-    except BaseException:
-        pass
+    except BaseException as raised:
+        _write_unraisable(raised)
 
 
 @cython.no_gc_clear
