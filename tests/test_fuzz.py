@@ -35,3 +35,11 @@ def test_sizes_that_are_not_sequences(sizes):
     with pytest.raises(etptr.InvalidTypeError, match="sizes must be a sequence"):
         etptr.resize_tensor_ptr(etptr.zeros([1]), sizes)
     assert etptr.make_tensor_ptr(np.array([2, 3]), None).sizes == (2, 3)
+
+
+@pytest.mark.parametrize("values", [[1.5, 10**400], [True, -(10**309)], [10**400, 2.0]])
+def test_float_list_with_int_beyond_double(values):
+    # a mixed list is deduced Float; an int beyond a double's range escaped as OverflowError
+    with pytest.raises(etptr.InvalidArgumentError, match=r"data\[\d\]=.* does not fit a double"):
+        etptr.make_tensor_ptr([2], values)
+    assert etptr.make_tensor_ptr([2], [1.5, 10**300]).scalar_type == ScalarType.Float

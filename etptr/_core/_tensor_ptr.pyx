@@ -666,7 +666,17 @@ cdef object _values_array(object values, int deduced):
                     raise_error(Error.InvalidArgument,
                                 f"data[{i}]={v} does not fit int64 (ScalarType.Long)")
             raise
-    return np.array(values, dtype=np.float64)
+    try:
+        return np.array(values, dtype=np.float64)
+    except OverflowError:
+        for i, v in enumerate(values):
+            try:
+                float(v)
+            except OverflowError:
+                raise_error(Error.InvalidArgument,
+                            f"data[{i}]={v} does not fit a double (the list is deduced as "
+                            f"ScalarType.Float)")
+        raise
 
 
 cdef object _cast_array(object arr, int type):
