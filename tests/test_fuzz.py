@@ -43,3 +43,13 @@ def test_float_list_with_int_beyond_double(values):
     with pytest.raises(etptr.InvalidArgumentError, match=r"data\[\d\]=.* does not fit a double"):
         etptr.make_tensor_ptr([2], values)
     assert etptr.make_tensor_ptr([2], [1.5, 10**300]).scalar_type == ScalarType.Float
+
+
+def test_view_device_of_wrong_type():
+    # the alias overload compared device == "cpu"; a NumPy array made that ambiguous (ValueError)
+    src = etptr.zeros([4])
+    with pytest.raises(etptr.InvalidTypeError, match="device"):
+        etptr.make_tensor_ptr(src, device=np.array([1, 2]))
+    with pytest.raises(etptr.InvalidTypeError, match="device"):
+        etptr.make_tensor_ptr(src, [2, 2], device=2.5)
+    assert etptr.make_tensor_ptr(src, device="cpu").device == etptr.Device("cpu")

@@ -953,7 +953,7 @@ def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=Non
                         "type: the alias overload keeps the source's scalar type; cast with "
                         "etptr.clone_tensor_ptr(tensor, type=...)")
         return _view(<TensorPtr>sizes, None if data is _MISSING else data, dim_order, strides,
-                     deleter, None if device == "cpu" else device)
+                     deleter, None if isinstance(device, str) and device == "cpu" else device)
     if deleter is not None and not callable(deleter):
         raise_error(Error.InvalidType, f"deleter={deleter!r} is not callable")
     dev = c_device(device, "device")
