@@ -53,3 +53,27 @@ def test_view_device_of_wrong_type():
     with pytest.raises(etptr.InvalidTypeError, match="device"):
         etptr.make_tensor_ptr(src, [2, 2], device=2.5)
     assert etptr.make_tensor_ptr(src, device="cpu").device == etptr.Device("cpu")
+
+
+@pytest.mark.parametrize("value,exc", [
+    (np.str_("abc"), etptr.InvalidTypeError),          # escaped as ValueError from the cast
+    (np.datetime64(1, "s"), etptr.InvalidTypeError),
+    (np.complex64(1j), etptr.InvalidTypeError),       # was cast with a ComplexWarning
+    (np.void(b"ab"), etptr.InvalidTypeError),
+    (2**70, etptr.InvalidArgumentError),               # escaped as OverflowError
+    (-(2**63) - 1, etptr.InvalidArgumentError),
+    (np.uint64(2**64 - 1), etptr.InvalidArgumentError),
+])
+def test_fill_values_that_are_no_scalar(value, exc):
+    with pytest.raises(exc, match="fill_value"):
+        etptr.full([2], value, ScalarType.Int)
+    with pytest.raises(exc, match="fill_value"):
+        etptr.full_like(etptr.zeros([2]), value)
+
+
+def test_fill_values_at_the_edges():
+    assert etptr.full([1], 2**63 - 1, ScalarType.Long).numpy()[0] == 2**63 - 1
+    assert etptr.full([1], -(2**63), ScalarType.Long).numpy()[0] == -(2**63)
+    assert etptr.full([1], np.float16(1.5), ScalarType.Double).numpy()[0] == 1.5
+    assert etptr.full([1], np.bool_(True), ScalarType.Bool).numpy()[0]
+    assert np.isnan(etptr.full([1], float("nan")).numpy()[0])

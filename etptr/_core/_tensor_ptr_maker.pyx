@@ -145,7 +145,13 @@ cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object f
 
 
 cdef object _fill_value(object value, int type, str argname):
-    if isinstance(value, (bool, int, float, np.generic)) and not isinstance(value, complex):
+    # ExecuTorch's Scalar: a bool, an int64 or a double
+    if isinstance(value, (bool, float, np.bool_, np.floating)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        if not -(1 << 63) <= value <= (1 << 63) - 1:
+            raise_error(Error.InvalidArgument,
+                        f"{argname}={value!r} does not fit int64 (an ExecuTorch Scalar)")
         return value
     raise_error(Error.InvalidType,
                 f"{argname}={value!r} of type {value.__class__.__name__} is not a real number")
