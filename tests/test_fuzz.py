@@ -77,3 +77,24 @@ def test_fill_values_at_the_edges():
     assert etptr.full([1], np.float16(1.5), ScalarType.Double).numpy()[0] == 1.5
     assert etptr.full([1], np.bool_(True), ScalarType.Bool).numpy()[0]
     assert np.isnan(etptr.full([1], float("nan")).numpy()[0])
+
+
+@pytest.mark.parametrize("bad", [5, 2.5, None, object()])
+def test_for_blob_sequences_of_wrong_type(bad):
+    # list(x) in the builder escaped as TypeError for non-iterables
+    buf = np.zeros(4, np.float32)
+    if bad is not None:
+        with pytest.raises(etptr.InvalidTypeError, match="sizes"):
+            etptr.for_blob(buf, bad).make_tensor_ptr()
+    with pytest.raises(etptr.EtError):
+        etptr.for_blob(buf, [4]).dim_order(bad if bad is not None else "x").make_tensor_ptr()
+    with pytest.raises(etptr.EtError):
+        etptr.for_blob(buf, [4]).strides(bad if bad is not None else "x").make_tensor_ptr()
+
+
+def test_for_blob_keeps_a_copy_of_its_lists():
+    buf = np.zeros(6, np.float32)
+    sizes = [2, 3]
+    b = etptr.for_blob(buf, sizes)
+    sizes.append(9)
+    assert b.make_tensor_ptr().sizes == (2, 3)

@@ -34,6 +34,12 @@ def manual_seed(seed):
     _rng = np.random.default_rng(seed)
 
 
+cdef object _snapshot(object seq):
+    """A copy of a list or tuple (later changes by the caller do not reach the builder);
+    anything else as it is, for make_tensor_ptr to validate."""
+    return list(seq) if isinstance(seq, (list, tuple)) else seq
+
+
 @cython.final
 cdef class TensorPtrMaker:
     """Builder returned by :func:`for_blob` (ExecuTorch ``TensorPtrMaker``).
@@ -60,12 +66,12 @@ cdef class TensorPtrMaker:
 
     def dim_order(self, dim_order):
         """dim_order(dim_order) -> TensorPtrMaker: set the dim order (sequence of int, length ndim)."""
-        self._dim_order = list(dim_order) if dim_order is not None else None
+        self._dim_order = _snapshot(dim_order)
         return self
 
     def strides(self, strides):
         """strides(strides) -> TensorPtrMaker: set the strides (sequence of int, in elements)."""
-        self._strides = list(strides) if strides is not None else None
+        self._strides = _snapshot(strides)
         return self
 
     def dynamism(self, dynamism):
@@ -107,7 +113,7 @@ def for_blob(data, sizes, type=6):
     """
     cdef TensorPtrMaker m = TensorPtrMaker.__new__(TensorPtrMaker)
     m._data = data
-    m._sizes = list(sizes) if sizes is not None else None
+    m._sizes = _snapshot(sizes)
     m._type = type
     m._dynamism = _BOUND
     m._device = "cpu"
