@@ -98,3 +98,24 @@ def test_for_blob_keeps_a_copy_of_its_lists():
     b = etptr.for_blob(buf, sizes)
     sizes.append(9)
     assert b.make_tensor_ptr().sizes == (2, 3)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x: etptr.clone_tensor_ptr(x),
+    lambda x: etptr.resize_tensor_ptr(x, [1]),
+    lambda x: etptr.clone_tensor_ptr_to_device(x),
+    lambda x: etptr.clone_tensor_ptr_to_cpu(x),
+    lambda x: etptr.empty_like(x),
+    lambda x: etptr.full_like(x, 1),
+    lambda x: etptr.zeros_like(x),
+    lambda x: etptr.ones_like(x),
+    lambda x: etptr.rand_like(x),
+    lambda x: etptr.randn_like(x),
+    lambda x: etptr.randint_like(x, 0, 3),
+], ids=["clone", "resize", "to_device", "to_cpu", "empty_like", "full_like", "zeros_like",
+        "ones_like", "rand_like", "randn_like", "randint_like"])
+@pytest.mark.parametrize("bad", [None, 5, np.zeros(2), "tensor"], ids=["None", "int", "ndarray", "str"])
+def test_tensor_arguments_of_wrong_type(call, bad):
+    # Cython's argument type check raised a plain TypeError (and none for None)
+    with pytest.raises(etptr.InvalidTypeError, match="must be an etptr.TensorPtr"):
+        call(bad)

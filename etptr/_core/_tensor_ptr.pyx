@@ -1016,13 +1016,22 @@ cdef TensorPtr _from_values_array(object arr, int target, int dynamism):
     return _from_host_array(meta, _cast_array(np.ascontiguousarray(arr), target), target, dynamism)
 
 
+cdef TensorPtr c_tensor_arg(object tensor, str argname):
+    """``tensor`` as a TensorPtr, or InvalidTypeError naming the argument."""
+    if not isinstance(tensor, TensorPtr):
+        raise_error(Error.InvalidType,
+                    f"{argname} must be an etptr.TensorPtr, got {tensor!r:.80} of type "
+                    f"{_tname(tensor)}")
+    return <TensorPtr>tensor
+
+
 cdef TensorPtr _place(TensorPtr t, Device device):
     if device.c_type == 0:
         return t
     return clone_tensor_ptr_to(t, device)
 
 
-def clone_tensor_ptr(TensorPtr tensor not None, type=None):
+def clone_tensor_ptr(tensor, type=None):
     """clone_tensor_ptr(tensor, type=None) -> TensorPtr
     --
 
@@ -1042,39 +1051,40 @@ def clone_tensor_ptr(TensorPtr tensor not None, type=None):
         The tensor is on a device (use ``clone_tensor_ptr_to``), or a cast
         involves a type outside the list above.
     """
-    cdef int target = c_type_arg(type, tensor.c_type)
+    cdef TensorPtr src = c_tensor_arg(tensor, "tensor")
+    cdef int target = c_type_arg(type, src.c_type)
     cdef TensorPtr out
-    if tensor.c_device.c_type != 0:
+    if src.c_device.c_type != 0:
         raise_error(Error.NotSupported,
-                    f"clone_tensor_ptr copies CPU tensors; this one is on {tensor.c_device}: "
+                    f"clone_tensor_ptr copies CPU tensors; this one is on {src.c_device}: "
                     f"use etptr.clone_tensor_ptr_to(tensor, device)")
-    if tensor.c_data == NULL:
-        out = c_like_tensor(tensor, target)
+    if src.c_data == NULL:
+        out = c_like_tensor(src, target)
         out.c_device = _CPU
         return out
-    if target != tensor.c_type:
-        if not c_can_cast(tensor.c_type, target):
+    if target != src.c_type:
+        if not c_can_cast(src.c_type, target):
             raise_error(Error.InvalidType,
                         f"type=ScalarType.{_SCALAR_TYPES[target].name}: cannot cast "
-                        f"ScalarType.{_SCALAR_TYPES[tensor.c_type].name} to it (canCast refuses)")
-        for t_ in (tensor.c_type, target):
+                        f"ScalarType.{_SCALAR_TYPES[src.c_type].name} to it (canCast refuses)")
+        for t_ in (src.c_type, target):
             if not c_castable(t_):
                 raise_error(Error.NotSupported,
                             f"clone_tensor_ptr cannot cast ScalarType.{_SCALAR_TYPES[t_].name}: "
                             f"casting copies support the REALHBBF16 and unsigned types only")
-    out = c_like_tensor(tensor, target)
+    out = c_like_tensor(src, target)
     buf = _host_bytes(out.c_nbytes())
     c_set_data(out, (<cnp.ndarray>buf).ctypes.data, buf, False)
     out.c_device = _CPU
-    if target == tensor.c_type:
+    if target == src.c_type:
         with nogil:
-            memcpy(out.c_data, tensor.c_data, out.c_nbytes())
+            memcpy(out.c_data, src.c_data, out.c_nbytes())
     elif out.c_numel:
-        c_storage_array(out)[...] = _cast_array(c_storage_array(tensor), target)
+        c_storage_array(out)[...] = _cast_array(c_storage_array(src), target)
     return out
 
 
-def resize_tensor_ptr(TensorPtr tensor not None, sizes):
+def resize_tensor_ptr(tensor, sizes):
     """resize_tensor_ptr(tensor, sizes) -> None
     --
 
@@ -1096,6 +1106,7 @@ def resize_tensor_ptr(TensorPtr tensor not None, sizes):
     InvalidArgumentError
         Negative or overflowing sizes.
     """
+    cdef TensorPtr src = c_tensor_arg(tensor, "tensor")
     cdef Metadata m = Metadata.__new__(Metadata)
     cdef int i
     cdef bint same = True
@@ -1103,28 +1114,28 @@ def resize_tensor_ptr(TensorPtr tensor not None, sizes):
     if m.dim < 0:
         raise_error(Error.InvalidArgument, "sizes must be a sequence of ints, got None")
     _check_sizes(m)
-    if m.dim != tensor.c_dim:
+    if m.dim != src.c_dim:
         raise_error(Error.NotSupported,
                     f"sizes={_tuple64(m.sizes, m.dim)} has {m.dim} dims but the tensor has "
-                    f"{tensor.c_dim}; resize cannot change the rank")
+                    f"{src.c_dim}; resize cannot change the rank")
     for i in range(m.dim):
-        if m.sizes[i] != tensor.c_sizes[i]:
+        if m.sizes[i] != src.c_sizes[i]:
             same = False
     if same:
         return None
-    if tensor.c_dynamism == 0:
+    if src.c_dynamism == 0:
         raise_error(Error.NotSupported,
                     f"sizes={_tuple64(m.sizes, m.dim)}: the tensor is STATIC and its sizes "
-                    f"{tensor.sizes} cannot change")
-    if m.numel > tensor.c_numel_bound:
+                    f"{src.sizes} cannot change")
+    if m.numel > src.c_numel_bound:
         raise_error(Error.NotSupported,
                     f"sizes={_tuple64(m.sizes, m.dim)} hold {m.numel} elements, more than the "
-                    f"{tensor.c_numel_bound} the tensor was created with")
-    memcpy(m.dim_order, tensor.c_dim_order, m.dim * sizeof(dim_order_t))
+                    f"{src.c_numel_bound} the tensor was created with")
+    memcpy(m.dim_order, src.c_dim_order, m.dim * sizeof(dim_order_t))
     _dim_order_to_strides(m.sizes, m.dim_order, m.dim, m.strides)
-    memcpy(tensor.c_sizes, m.sizes, m.dim * sizeof(sizes_t))
-    memcpy(tensor.c_strides, m.strides, m.dim * sizeof(strides_t))
-    tensor.c_numel = m.numel
+    memcpy(src.c_sizes, m.sizes, m.dim * sizeof(sizes_t))
+    memcpy(src.c_strides, m.strides, m.dim * sizeof(strides_t))
+    src.c_numel = m.numel
     return None
 
 
@@ -1207,7 +1218,7 @@ cpdef TensorPtr clone_tensor_ptr_to(TensorPtr tensor, object device):
     return out
 
 
-def clone_tensor_ptr_to_device(TensorPtr tensor not None, device="cuda", device_index=None):
+def clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None):
     """clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None) -> TensorPtr
     --
 
@@ -1220,13 +1231,13 @@ def clone_tensor_ptr_to_device(TensorPtr tensor not None, device="cuda", device_
     if d.c_type == 0:
         raise_error(Error.NotSupported,
                     f"device={d}: clone_tensor_ptr_to_device copies to a device, not the CPU")
-    return clone_tensor_ptr_to(tensor, d)
+    return clone_tensor_ptr_to(c_tensor_arg(tensor, "tensor"), d)
 
 
-def clone_tensor_ptr_to_cpu(TensorPtr tensor not None):
+def clone_tensor_ptr_to_cpu(tensor):
     """clone_tensor_ptr_to_cpu(tensor) -> TensorPtr
     --
 
     Copy a device tensor to the CPU. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
-    return clone_tensor_ptr_to(tensor, _CPU)
+    return clone_tensor_ptr_to(c_tensor_arg(tensor, "tensor"), _CPU)

@@ -15,7 +15,7 @@ from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
 from etptr._core._tensor_ptr cimport (
     Metadata, TensorPtr, c_device_empty, c_dynamism_arg, c_host_empty, c_metadata,
-    c_storage_array, c_type_arg, clone_tensor_ptr_to)
+    c_storage_array, c_tensor_arg, c_type_arg, clone_tensor_ptr_to)
 
 from etptr._core._error import Error
 from etptr._core._tensor_ptr import TensorShapeDynamism, make_tensor_ptr
@@ -237,16 +237,17 @@ def empty_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu"):
                   c_device(device, "device"))
 
 
-def empty_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
+def empty_like(other, type=None, dynamism=_BOUND, *, device=None):
     """empty_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
     --
 
     An uninitialised tensor with ``other``'s sizes and strides; ``type`` and
     ``device`` default to ``other``'s (ExecuTorch ``empty_like``).
     """
-    return _empty(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    cdef TensorPtr o = c_tensor_arg(other, "other")
+    return _empty(_meta(o.sizes, o.strides), c_type_arg(type, o.c_type),
                   c_dynamism_arg(dynamism),
-                  other.c_device if device is None else c_device(device, "device"))
+                  o.c_device if device is None else c_device(device, "device"))
 
 
 # ------------------------------------------------------------------ full / zeros / ones
@@ -279,17 +280,18 @@ def full_strided(sizes, strides, fill_value, type=6, dynamism=_BOUND, *, device=
                    c_device(device, "device"), _fill_with(value))
 
 
-def full_like(TensorPtr other not None, fill_value, type=None, dynamism=_BOUND, *, device=None):
+def full_like(other, fill_value, type=None, dynamism=_BOUND, *, device=None):
     """full_like(other, fill_value, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
     --
 
     :func:`full` with ``other``'s sizes and strides; ``type`` and ``device``
     default to ``other``'s (ExecuTorch ``full_like``).
     """
+    cdef TensorPtr o = c_tensor_arg(other, "other")
     value = _fill_value(fill_value, 0, "fill_value")
-    return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    return _filled(_meta(o.sizes, o.strides), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
-                   other.c_device if device is None else c_device(device, "device"),
+                   o.c_device if device is None else c_device(device, "device"),
                    _fill_with(value))
 
 
@@ -312,15 +314,16 @@ def zeros(sizes, type=6, dynamism=_BOUND, *, device="cpu"):
                   c_device(device, "device"))
 
 
-def zeros_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
+def zeros_like(other, type=None, dynamism=_BOUND, *, device=None):
     """zeros_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
     --
 
     :func:`zeros` with ``other``'s sizes and strides (ExecuTorch ``zeros_like``).
     """
-    return _zeros(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    cdef TensorPtr o = c_tensor_arg(other, "other")
+    return _zeros(_meta(o.sizes, o.strides), c_type_arg(type, o.c_type),
                   c_dynamism_arg(dynamism),
-                  other.c_device if device is None else c_device(device, "device"))
+                  o.c_device if device is None else c_device(device, "device"))
 
 
 cdef TensorPtr _zeros(Metadata meta, int type, int dyn, Device device):
@@ -341,12 +344,13 @@ def ones(sizes, type=6, dynamism=_BOUND, *, device="cpu"):
     return full_strided(sizes, None, 1, type, dynamism, device=device)
 
 
-def ones_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
+def ones_like(other, type=None, dynamism=_BOUND, *, device=None):
     """ones_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
     --
 
     :func:`ones` with ``other``'s sizes and strides (ExecuTorch ``ones_like``).
     """
+    cdef TensorPtr o = c_tensor_arg(other, "other")
     return full_like(other, 1, type, dynamism, device=device)
 
 
@@ -373,15 +377,16 @@ def rand_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu"):
                    c_device(device, "device"), _fill_uniform)
 
 
-def rand_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
+def rand_like(other, type=None, dynamism=_BOUND, *, device=None):
     """rand_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
     --
 
     :func:`rand` with ``other``'s sizes and strides (ExecuTorch ``rand_like``).
     """
-    return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    cdef TensorPtr o = c_tensor_arg(other, "other")
+    return _filled(_meta(o.sizes, o.strides), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
-                   other.c_device if device is None else c_device(device, "device"),
+                   o.c_device if device is None else c_device(device, "device"),
                    _fill_uniform)
 
 
@@ -405,15 +410,16 @@ def randn_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu"):
                    c_device(device, "device"), _fill_normal)
 
 
-def randn_like(TensorPtr other not None, type=None, dynamism=_BOUND, *, device=None):
+def randn_like(other, type=None, dynamism=_BOUND, *, device=None):
     """randn_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
     --
 
     :func:`randn` with ``other``'s sizes and strides (ExecuTorch ``randn_like``).
     """
-    return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    cdef TensorPtr o = c_tensor_arg(other, "other")
+    return _filled(_meta(o.sizes, o.strides), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
-                   other.c_device if device is None else c_device(device, "device"),
+                   o.c_device if device is None else c_device(device, "device"),
                    _fill_normal)
 
 
@@ -444,14 +450,15 @@ def randint_strided(low, high, sizes, strides, type=3, dynamism=_BOUND, *, devic
                    c_device(device, "device"), _fill_ints(low, high))
 
 
-def randint_like(TensorPtr other not None, low, high, type=None, dynamism=_BOUND, *, device=None):
+def randint_like(other, low, high, type=None, dynamism=_BOUND, *, device=None):
     """randint_like(other, low, high, type=None, dynamism=DYNAMIC_BOUND, *, device=None) -> TensorPtr
     --
 
     :func:`randint` with ``other``'s sizes and strides (ExecuTorch ``randint_like``).
     """
+    cdef TensorPtr o = c_tensor_arg(other, "other")
     _check_range(low, high)
-    return _filled(_meta(other.sizes, other.strides), c_type_arg(type, other.c_type),
+    return _filled(_meta(o.sizes, o.strides), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
-                   other.c_device if device is None else c_device(device, "device"),
+                   o.c_device if device is None else c_device(device, "device"),
                    _fill_ints(low, high))
