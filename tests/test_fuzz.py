@@ -119,3 +119,17 @@ def test_tensor_arguments_of_wrong_type(call, bad):
     # Cython's argument type check raised a plain TypeError (and none for None)
     with pytest.raises(etptr.InvalidTypeError, match="must be an etptr.TensorPtr"):
         call(bad)
+
+
+def test_host_device_allocator_out_of_memory():
+    # the allocator contract says MemoryAllocationError; ctypes' MemoryError escaped
+    from etptr.testing import HostDeviceAllocator, use_allocator
+    alloc = HostDeviceAllocator()
+    with pytest.raises(etptr.MemoryAllocationError, match="nbytes"):
+        alloc.allocate(2**50, 0)
+    with use_allocator(alloc):
+        with pytest.raises(etptr.MemoryAllocationError):
+            etptr.empty([2**50], ScalarType.Byte, device="cuda")
+        with pytest.raises(etptr.MemoryAllocationError):
+            etptr.zeros([2**50], ScalarType.Byte, device="cuda")
+    assert alloc.live_bytes == 0

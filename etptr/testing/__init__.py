@@ -78,7 +78,12 @@ class HostDeviceAllocator(DeviceAllocator):
             raise MemoryAllocationError(
                 f"HostDeviceAllocator: allocation {self.allocate_count + 1} refused "
                 f"(fail_after={self.fail_after})", Error.MemoryAllocationFailed)
-        raw = ctypes.create_string_buffer(max(int(nbytes), 1) + alignment)
+        try:
+            raw = ctypes.create_string_buffer(max(int(nbytes), 1) + alignment)
+        except (MemoryError, OverflowError):
+            raise MemoryAllocationError(
+                f"HostDeviceAllocator: cannot allocate nbytes={nbytes} bytes of host memory",
+                Error.MemoryAllocationFailed) from None
         base = ctypes.addressof(raw)
         ptr = (base + alignment - 1) & ~(alignment - 1)
         raw.requested = int(nbytes)
