@@ -133,3 +133,20 @@ def test_host_device_allocator_out_of_memory():
         with pytest.raises(etptr.MemoryAllocationError):
             etptr.zeros([2**50], ScalarType.Byte, device="cuda")
     assert alloc.live_bytes == 0
+
+
+def test_list_with_long_double_beyond_double():
+    # NumPy's overflow RuntimeWarning escaped (an error under -W error); now refused like big ints
+    big = np.longdouble("1e4000")
+    if not np.isfinite(big):
+        pytest.skip("long double is double on this platform")
+    with pytest.raises(etptr.InvalidArgumentError, match=r"data\[1\]=.* does not fit a double"):
+        etptr.make_tensor_ptr([2], [1.5, big])
+    assert etptr.make_tensor_ptr([np.longdouble(2.5)]).numpy()[0] == 2.5
+
+
+@pytest.mark.parametrize("value", [np.timedelta64(3, "s"), np.datetime64(1, "s")])
+def test_list_with_time_values(value):
+    # np.timedelta64 is an np.integer subclass: it was deduced as Long and escaped as TypeError
+    with pytest.raises(etptr.InvalidTypeError, match=r"data\[0\]=.* is not a number"):
+        etptr.make_tensor_ptr([value, 1])

@@ -637,11 +637,15 @@ cdef int _deduce_list_type(object values) except -1:
     for v in values:
         if isinstance(v, (bool, np.bool_)):
             k = 11
+        elif isinstance(v, np.timedelta64):     # an np.integer, but a duration, not a number
+            k = -1
         elif isinstance(v, (int, np.integer)):
             k = 4
         elif isinstance(v, (float, np.floating)):
             k = 6
         else:
+            k = -1
+        if k == -1:
             raise_error(Error.InvalidType,
                         f"data[{i}]={v!r} of type {_tname(v)} is not a number "
                         f"(data must be a flat list of ints, floats or bools)")
@@ -667,12 +671,14 @@ cdef object _values_array(object values, int deduced):
                                 f"data[{i}]={v} does not fit int64 (ScalarType.Long)")
             raise
     try:
-        return np.array(values, dtype=np.float64)
-    except OverflowError:
+        with np.errstate(over="raise"):
+            return np.array(values, dtype=np.float64)
+    except (OverflowError, FloatingPointError):
         for i, v in enumerate(values):
             try:
-                float(v)
-            except OverflowError:
+                with np.errstate(over="raise"):
+                    np.array([v], dtype=np.float64)
+            except (OverflowError, FloatingPointError):
                 raise_error(Error.InvalidArgument,
                             f"data[{i}]={v} does not fit a double (the list is deduced as "
                             f"ScalarType.Float)")
