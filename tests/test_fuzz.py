@@ -150,3 +150,17 @@ def test_list_with_time_values(value):
     # np.timedelta64 is an np.integer subclass: it was deduced as Long and escaped as TypeError
     with pytest.raises(etptr.InvalidTypeError, match=r"data\[0\]=.* is not a number"):
         etptr.make_tensor_ptr([value, 1])
+
+
+def test_object_arrays_are_not_aliased():
+    # a writable tensor over PyObject pointers let a write corrupt the interpreter; the
+    # fuzz run's write of 0x41 bytes crashed it when the array was freed
+    a = np.array([object(), object()], dtype=object)
+    with pytest.raises(etptr.InvalidTypeError, match="Python objects"):
+        etptr.make_tensor_ptr([2], a, type=ScalarType.Long)
+    with pytest.raises(etptr.InvalidTypeError, match="Python objects"):
+        etptr.make_tensor_ptr([1], memoryview(a), type=ScalarType.Long)
+    with pytest.raises(etptr.InvalidTypeError, match="Python objects"):
+        etptr.from_blob(np.zeros(2, dtype=[("o", object), ("f", "f8")]), [2], ScalarType.Double)
+    with pytest.raises(etptr.InvalidTypeError):
+        etptr.make_tensor_ptr(a)

@@ -819,6 +819,11 @@ cdef TensorPtr _alias_buffer(object sizes, object data, object dim_order, object
     cdef Metadata meta
     cdef int64_t need, have
     cdef TensorPtr t
+    if arr.dtype.hasobject:
+        # writing numbers over PyObject pointers would corrupt the interpreter
+        raise_error(Error.InvalidType,
+                    f"data holds Python objects (dtype {arr.dtype}); a tensor cannot alias "
+                    f"them: convert it first, e.g. numpy.asarray(data, dtype=numpy.float32)")
     if not (cnp.PyArray_IS_C_CONTIGUOUS(arr) or cnp.PyArray_IS_F_CONTIGUOUS(arr)):
         raise_error(Error.InvalidArgument,
                     f"data: the buffer is not contiguous (strides {(<object>arr).strides}); with explicit "
