@@ -22,6 +22,32 @@ from etptr import ScalarType
 HERE = Path(__file__).resolve().parent
 
 
+def test_fuzz_bad_inputs(tmp_path, capsys):
+    pytest.importorskip("hypothesis")
+    # the subprocess imports the etptr this process imports (a build in place or an install)
+    etptr_root = str(Path(etptr.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [etptr_root, str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    cmd = [sys.executable, "-X", "faulthandler", "-W", "error", str(HERE / "_fuzz_main.py"),
+           "--scale", os.environ.get("ETPTR_FUZZ_SCALE", "1")]
+    if os.environ.get("ETPTR_FUZZ_SEED"):
+        cmd += ["--seed", os.environ["ETPTR_FUZZ_SEED"]]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=900)
+    out = proc.stdout + proc.stderr
+    how = (f"killed by signal {-proc.returncode} (a crash)" if proc.returncode < 0
+           else f"exit status {proc.returncode}")
+    assert proc.returncode == 0, f"fuzz process failed: {how}\n{out[-12000:]}"
+    tried = int(re.search(r"inputs tried: (\d+)", out).group(1))
+    with capsys.disabled():
+        line = re.search(r"inputs tried: .*", out).group(0)
+        leak = re.search(r"leak check: .*", out).group(0)
+        print(f"\nfuzz: {line}; {leak}")
+    assert tried >= 10_000 * float(os.environ.get("ETPTR_FUZZ_SCALE", "1"))
+    assert "fuzz: ok" in out
+
+
 # ------------------------------------------------------------------ regressions found by the fuzz run
 
 @pytest.mark.parametrize("sizes", [{"a": 1}, {0: 1}, np.array(3), np.array([[1, 2]])],
@@ -164,3 +190,11 @@ def test_object_arrays_are_not_aliased():
         etptr.from_blob(np.zeros(2, dtype=[("o", object), ("f", "f8")]), [2], ScalarType.Double)
     with pytest.raises(etptr.InvalidTypeError):
         etptr.make_tensor_ptr(a)
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError,
+                   reason="clone_tensor_ptr_to is a cpdef typed TensorPtr: Cython's argument "
+                          "check raises a plain TypeError, not InvalidTypeError")
+def test_clone_tensor_ptr_to_non_tensor():
+    with pytest.raises(etptr.InvalidTypeError):
+        etptr.clone_tensor_ptr_to(5, "cuda")
