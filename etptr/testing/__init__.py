@@ -4,14 +4,20 @@ Nothing here needs a GPU. :class:`HostDeviceAllocator` mirrors ExecuTorch's
 ``MockCudaAllocator`` (``runtime/core/test/mock_cuda_allocator.h``): it serves
 a device type with ordinary host memory and counts every call.
 """
+from __future__ import annotations
+
+from collections.abc import Iterator
 from contextlib import contextmanager
 import ctypes
+from typing import Any, TypeVar
 
 from etptr._core._device import DeviceType
 from etptr._core._device_allocator import DEFAULT_ALIGNMENT, DeviceAllocator, _replace_allocator
 from etptr._core._error import Error, InvalidArgumentError, MemoryAllocationError
 
 __all__ = ["HostDeviceAllocator", "use_allocator"]
+
+_A = TypeVar("_A", bound=DeviceAllocator)
 
 
 class HostDeviceAllocator(DeviceAllocator):
@@ -37,11 +43,11 @@ class HostDeviceAllocator(DeviceAllocator):
         failure paths.
     """
 
-    def __init__(self, device_type=DeviceType.CUDA):
+    def __init__(self, device_type: DeviceType | int = DeviceType.CUDA) -> None:
         super().__init__()
         self._device_type = DeviceType(device_type)
-        self._blocks = {}
-        self.fail_after = None
+        self._blocks: dict[int, Any] = {}      # aligned address -> ctypes buffer (.requested)
+        self.fail_after: int | None = None
         self.allocate_count = 0
         self.deallocate_count = 0
         self.h2d_count = 0
@@ -61,15 +67,15 @@ class HostDeviceAllocator(DeviceAllocator):
         self.last_d2h_index = 0
 
     @property
-    def device_type(self):
+    def device_type(self) -> DeviceType:
         return self._device_type
 
     @property
-    def live_bytes(self):
+    def live_bytes(self) -> int:
         """Bytes currently allocated and not yet deallocated."""
         return sum(raw.requested for raw in self._blocks.values())
 
-    def allocate(self, nbytes, index, alignment=DEFAULT_ALIGNMENT):
+    def allocate(self, nbytes: int, index: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         if nbytes < 0:
             raise InvalidArgumentError(f"nbytes={nbytes} is negative")
         if alignment <= 0 or alignment & (alignment - 1):
@@ -78,6 +84,7 @@ class HostDeviceAllocator(DeviceAllocator):
             raise MemoryAllocationError(
                 f"HostDeviceAllocator: allocation {self.allocate_count + 1} refused "
                 f"(fail_after={self.fail_after})", Error.MemoryAllocationFailed)
+        raw: Any
         try:
             raw = ctypes.create_string_buffer(max(int(nbytes), 1) + alignment)
         except (MemoryError, OverflowError):
@@ -94,7 +101,7 @@ class HostDeviceAllocator(DeviceAllocator):
         self.last_allocate_ptr = ptr
         return ptr
 
-    def deallocate(self, ptr, index):
+    def deallocate(self, ptr: int, index: int) -> None:
         self.deallocate_count += 1
         self.last_deallocate_ptr = ptr
         self.last_deallocate_index = index
@@ -103,14 +110,14 @@ class HostDeviceAllocator(DeviceAllocator):
         if self._blocks.pop(ptr, None) is None:
             raise InvalidArgumentError(f"ptr=0x{ptr:x} was not allocated by this allocator")
 
-    def _check_span(self, ptr, nbytes, argname):
+    def _check_span(self, ptr: int, nbytes: int, argname: str) -> None:
         for start, raw in self._blocks.items():
             if start <= ptr and ptr + nbytes <= start + max(raw.requested, 1):
                 return
         raise InvalidArgumentError(
             f"{argname}=0x{ptr:x}: {nbytes} bytes there are not inside a block of this allocator")
 
-    def copy_host_to_device(self, dst, src, nbytes, index):
+    def copy_host_to_device(self, dst: int, src: int, nbytes: int, index: int) -> None:
         self.h2d_count += 1
         self.last_h2d_dst, self.last_h2d_src = dst, src
         self.last_h2d_size, self.last_h2d_index = nbytes, index
@@ -118,7 +125,7 @@ class HostDeviceAllocator(DeviceAllocator):
             self._check_span(dst, nbytes, "dst")
             ctypes.memmove(dst, src, nbytes)
 
-    def copy_device_to_host(self, dst, src, nbytes, index):
+    def copy_device_to_host(self, dst: int, src: int, nbytes: int, index: int) -> None:
         self.d2h_count += 1
         self.last_d2h_dst, self.last_d2h_src = dst, src
         self.last_d2h_size, self.last_d2h_index = nbytes, index
@@ -128,7 +135,7 @@ class HostDeviceAllocator(DeviceAllocator):
 
 
 @contextmanager
-def use_allocator(alloc):
+def use_allocator(alloc: _A) -> Iterator[_A]:
     """Install ``alloc`` for ``alloc.device_type`` for the duration of the block.
 
     The previous registration (or none) is restored afterwards, also when the
