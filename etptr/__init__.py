@@ -42,6 +42,7 @@ from etptr._core._tensor_ptr import (
     make_tensor_ptr,
     resize_tensor_ptr,
 )
+from etptr._core._interop import from_cuda_array_interface, from_dlpack
 from etptr._core._tensor_ptr_maker import (
     TensorPtrMaker,
     empty,
@@ -101,6 +102,8 @@ __all__ = [
     "empty_strided",
     "for_blob",
     "from_blob",
+    "from_cuda_array_interface",
+    "from_dlpack",
     "full",
     "full_like",
     "full_strided",

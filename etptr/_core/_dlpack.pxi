@@ -1,81 +1,16 @@
-# DLPack export of TensorPtr (included by _tensor_ptr.pyx).
-# Struct layouts follow dlpack.h (DLPack 1.1); capsule protocol per the
-# Python array API standard.
+# DLPack export of TensorPtr (included by _tensor_ptr.pyx). The struct
+# declarations live in _dlpack.pxd, shared with the importer in _interop.pyx.
 from cpython.pycapsule cimport (
     PyCapsule_GetPointer, PyCapsule_IsValid, PyCapsule_New)
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
-from libc.stdint cimport int32_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 
+from etptr._core._dlpack cimport (
+    DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION,
+    DLPACK_MINOR_VERSION, DLManagedTensor, DLManagedTensorVersioned, DLTensor, kDLBfloat,
+    kDLBool, kDLComplex, kDLCPU, kDLCUDA, kDLFloat, kDLFloat8_e4m3fn, kDLFloat8_e4m3fnuz,
+    kDLFloat8_e5m2, kDLFloat8_e5m2fnuz, kDLInt, kDLUInt)
 
-cdef extern from *:
-    """
-    typedef struct { int32_t device_type; int32_t device_id; } etptr_DLDevice;
-    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } etptr_DLDataType;
-    typedef struct {
-        void* data; etptr_DLDevice device; int32_t ndim; etptr_DLDataType dtype;
-        int64_t* shape; int64_t* strides; uint64_t byte_offset;
-    } etptr_DLTensor;
-    typedef struct etptr_DLManagedTensor {
-        etptr_DLTensor dl_tensor; void* manager_ctx;
-        void (*deleter)(struct etptr_DLManagedTensor*);
-    } etptr_DLManagedTensor;
-    typedef struct { uint32_t major; uint32_t minor; } etptr_DLPackVersion;
-    typedef struct etptr_DLManagedTensorVersioned {
-        etptr_DLPackVersion version; void* manager_ctx;
-        void (*deleter)(struct etptr_DLManagedTensorVersioned*);
-        uint64_t flags; etptr_DLTensor dl_tensor;
-    } etptr_DLManagedTensorVersioned;
-    """
-    ctypedef struct DLDevice "etptr_DLDevice":
-        int32_t device_type
-        int32_t device_id
-    ctypedef struct DLDataType "etptr_DLDataType":
-        uint8_t code
-        uint8_t bits
-        uint16_t lanes
-    ctypedef struct DLTensor "etptr_DLTensor":
-        void* data
-        DLDevice device
-        int32_t ndim
-        DLDataType dtype
-        int64_t* shape
-        int64_t* strides
-        uint64_t byte_offset
-    ctypedef struct DLManagedTensor "etptr_DLManagedTensor":
-        DLTensor dl_tensor
-        void* manager_ctx
-        void (*deleter)(DLManagedTensor*) noexcept nogil
-    ctypedef struct DLPackVersion "etptr_DLPackVersion":
-        uint32_t major
-        uint32_t minor
-    ctypedef struct DLManagedTensorVersioned "etptr_DLManagedTensorVersioned":
-        DLPackVersion version
-        void* manager_ctx
-        void (*deleter)(DLManagedTensorVersioned*) noexcept nogil
-        uint64_t flags
-        DLTensor dl_tensor
-
-
-cdef enum:
-    kDLCPU = 1
-    kDLCUDA = 2
-    kDLInt = 0
-    kDLUInt = 1
-    kDLFloat = 2
-    kDLBfloat = 4
-    kDLComplex = 5
-    kDLBool = 6
-    kDLFloat8_e4m3fn = 10
-    kDLFloat8_e4m3fnuz = 11
-    kDLFloat8_e5m2 = 12
-    kDLFloat8_e5m2fnuz = 13
-    DLPACK_FLAG_BITMASK_READ_ONLY = 1
-    DLPACK_FLAG_BITMASK_IS_COPIED = 2
-
-cdef enum:
-    _DLPACK_MAJOR = 1
-    _DLPACK_MINOR = 1
 
 # ScalarType code -> (DLPack type code, bits); code 255 = no DLPack equivalent.
 cdef uint8_t[30] _DL_CODE = [
@@ -193,8 +128,8 @@ cdef object _to_dlpack(TensorPtr t, object stream, object max_version, object dl
         if vm == NULL:
             _release_ctx(ctx)
             raise MemoryError()
-        vm.version.major = _DLPACK_MAJOR
-        vm.version.minor = _DLPACK_MINOR
+        vm.version.major = DLPACK_MAJOR_VERSION
+        vm.version.minor = DLPACK_MINOR_VERSION
         vm.manager_ctx = ctx
         vm.deleter = _dl_deleter_versioned
         vm.flags = (DLPACK_FLAG_BITMASK_READ_ONLY if t.c_readonly else 0) | \

@@ -18,6 +18,7 @@ from libc.string cimport memcpy, memset
 
 import numbers
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -95,7 +96,8 @@ cdef int _int_seq(object seq, int64_t* out, str argname) except -2:
     cdef Py_ssize_t n, i
     if seq is None:
         return -1
-    if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__") or not hasattr(seq, "__getitem__"):
+    if isinstance(seq, (str, bytes, Mapping)) or not hasattr(seq, "__len__") or \
+            not hasattr(seq, "__getitem__") or (isinstance(seq, np.ndarray) and seq.ndim != 1):
         raise_error(Error.InvalidType,
                     f"{argname} must be a sequence of ints, got {seq!r} of type {_tname(seq)}")
     try:
@@ -264,7 +266,7 @@ cdef TensorPtr c_tensor_arg(object t, str argname):
     """``t`` as a TensorPtr, or InvalidTypeError naming ``argname``."""
     if not isinstance(t, TensorPtr):
         raise_error(Error.InvalidType,
-                    f"{argname} must be an etptr.TensorPtr, got {t!r} of type {_pytype(t).__name__}")
+                    f"{argname} must be an etptr.TensorPtr, got {t!r:.80} of type {_tname(t)}")
     return <TensorPtr>t
 
 
@@ -682,11 +684,15 @@ cdef int _deduce_list_type(object values) except -1:
     for v in values:
         if isinstance(v, (bool, np.bool_)):
             k = 11
+        elif isinstance(v, np.timedelta64):     # an np.integer, but a duration, not a number
+            k = -1
         elif isinstance(v, (int, np.integer)):
             k = 4
         elif isinstance(v, (float, np.floating)):
             k = 6
         else:
+            k = -1
+        if k == -1:
             raise_error(Error.InvalidType,
                         f"data[{i}]={v!r} of type {_tname(v)} is not a number "
                         f"(data must be a flat list of ints, floats or bools)")
@@ -712,14 +718,17 @@ cdef object _values_array(object values, int deduced):
                                 f"data[{i}]={v} does not fit int64 (ScalarType.Long)")
             raise
     try:
-        return np.array(values, dtype=np.float64)
-    except OverflowError:  # an int beyond the double range in a mixed list
+        with np.errstate(over="raise"):
+            return np.array(values, dtype=np.float64)
+    except (OverflowError, FloatingPointError):
         for i, v in enumerate(values):
             try:
-                float(v)
-            except OverflowError:
+                with np.errstate(over="raise"):
+                    np.array([v], dtype=np.float64)
+            except (OverflowError, FloatingPointError):
                 raise_error(Error.InvalidArgument,
-                            f"data[{i}]={v} is too large for a double (ScalarType.Float data)")
+                            f"data[{i}]={v} does not fit a double (the list is deduced as "
+                            f"ScalarType.Float)")
         raise
 
 
@@ -1102,36 +1111,36 @@ def clone_tensor_ptr(tensor, type=None):
     return _clone_tensor_ptr(c_tensor_arg(tensor, "tensor"), type)
 
 
-cdef TensorPtr _clone_tensor_ptr(TensorPtr tensor, object type):
-    cdef int target = c_type_arg(type, tensor.c_type)
+cdef TensorPtr _clone_tensor_ptr(TensorPtr src, object type):
+    cdef int target = c_type_arg(type, src.c_type)
     cdef TensorPtr out
-    if tensor.c_device.c_type != 0:
+    if src.c_device.c_type != 0:
         raise_error(Error.NotSupported,
-                    f"clone_tensor_ptr copies CPU tensors; this one is on {tensor.c_device}: "
+                    f"clone_tensor_ptr copies CPU tensors; this one is on {src.c_device}: "
                     f"use etptr.clone_tensor_ptr_to(tensor, device)")
-    if tensor.c_data == NULL:
-        out = c_like_tensor(tensor, target)
+    if src.c_data == NULL:
+        out = c_like_tensor(src, target)
         out.c_device = _CPU
         return out
-    if target != tensor.c_type:
-        if not c_can_cast(tensor.c_type, target):
+    if target != src.c_type:
+        if not c_can_cast(src.c_type, target):
             raise_error(Error.InvalidType,
                         f"type=ScalarType.{_SCALAR_TYPES[target].name}: cannot cast "
-                        f"ScalarType.{_SCALAR_TYPES[tensor.c_type].name} to it (canCast refuses)")
-        for t_ in (tensor.c_type, target):
+                        f"ScalarType.{_SCALAR_TYPES[src.c_type].name} to it (canCast refuses)")
+        for t_ in (src.c_type, target):
             if not c_castable(t_):
                 raise_error(Error.NotSupported,
                             f"clone_tensor_ptr cannot cast ScalarType.{_SCALAR_TYPES[t_].name}: "
                             f"casting copies support the REALHBBF16 and unsigned types only")
-    out = c_like_tensor(tensor, target)
+    out = c_like_tensor(src, target)
     buf = _host_bytes(out.c_nbytes())
     c_set_data(out, (<cnp.ndarray>buf).ctypes.data, buf, False)
     out.c_device = _CPU
-    if target == tensor.c_type:
+    if target == src.c_type:
         with nogil:
-            memcpy(out.c_data, tensor.c_data, out.c_nbytes())
+            memcpy(out.c_data, src.c_data, out.c_nbytes())
     elif out.c_numel:
-        c_storage_array(out)[...] = _cast_array(c_storage_array(tensor), target)
+        c_storage_array(out)[...] = _cast_array(c_storage_array(src), target)
     return out
 
 
@@ -1160,7 +1169,7 @@ def resize_tensor_ptr(tensor, sizes):
     _resize_tensor_ptr(c_tensor_arg(tensor, "tensor"), sizes)
 
 
-cdef _resize_tensor_ptr(TensorPtr tensor, object sizes):
+cdef _resize_tensor_ptr(TensorPtr src, object sizes):
     cdef Metadata m = Metadata.__new__(Metadata)
     cdef int i
     cdef bint same = True
@@ -1168,28 +1177,28 @@ cdef _resize_tensor_ptr(TensorPtr tensor, object sizes):
     if m.dim < 0:
         raise_error(Error.InvalidArgument, "sizes must be a sequence of ints, got None")
     _check_sizes(m)
-    if m.dim != tensor.c_dim:
+    if m.dim != src.c_dim:
         raise_error(Error.NotSupported,
                     f"sizes={_tuple64(m.sizes, m.dim)} has {m.dim} dims but the tensor has "
-                    f"{tensor.c_dim}; resize cannot change the rank")
+                    f"{src.c_dim}; resize cannot change the rank")
     for i in range(m.dim):
-        if m.sizes[i] != tensor.c_sizes[i]:
+        if m.sizes[i] != src.c_sizes[i]:
             same = False
     if same:
         return None
-    if tensor.c_dynamism == 0:
+    if src.c_dynamism == 0:
         raise_error(Error.NotSupported,
                     f"sizes={_tuple64(m.sizes, m.dim)}: the tensor is STATIC and its sizes "
-                    f"{tensor.sizes} cannot change")
-    if m.numel > tensor.c_numel_bound:
+                    f"{src.sizes} cannot change")
+    if m.numel > src.c_numel_bound:
         raise_error(Error.NotSupported,
                     f"sizes={_tuple64(m.sizes, m.dim)} hold {m.numel} elements, more than the "
-                    f"{tensor.c_numel_bound} the tensor was created with")
-    memcpy(m.dim_order, tensor.c_dim_order, m.dim * sizeof(dim_order_t))
+                    f"{src.c_numel_bound} the tensor was created with")
+    memcpy(m.dim_order, src.c_dim_order, m.dim * sizeof(dim_order_t))
     _dim_order_to_strides(m.sizes, m.dim_order, m.dim, m.strides)
-    memcpy(tensor.c_sizes, m.sizes, m.dim * sizeof(sizes_t))
-    memcpy(tensor.c_strides, m.strides, m.dim * sizeof(strides_t))
-    tensor.c_numel = m.numel
+    memcpy(src.c_sizes, m.sizes, m.dim * sizeof(sizes_t))
+    memcpy(src.c_strides, m.strides, m.dim * sizeof(strides_t))
+    src.c_numel = m.numel
     return None
 
 

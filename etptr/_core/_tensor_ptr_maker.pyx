@@ -43,6 +43,22 @@ def manual_seed(seed):
         raise_error(Error.InvalidArgument, f"seed={seed!r}: {exc}")
 
 
+cdef object _snapshot(object seq, str argname):
+    """A list copy of a list or tuple, so that later changes by the caller do not
+    reach the builder; None stays None; other sequences are kept for
+    make_tensor_ptr to validate; a non-sequence raises InvalidTypeError now."""
+    if seq is None:
+        return None
+    if isinstance(seq, (list, tuple)):
+        return list(seq)
+    if (isinstance(seq, (str, bytes, dict)) or not hasattr(seq, "__len__")
+            or not hasattr(seq, "__getitem__")):
+        raise_error(Error.InvalidType,
+                    f"{argname} must be a sequence of ints, got {seq!r:.80} of type "
+                    f"{seq.__class__.__name__}")
+    return seq
+
+
 @cython.final
 cdef class TensorPtrMaker:
     """Builder returned by :func:`for_blob` (ExecuTorch ``TensorPtrMaker``).
@@ -69,12 +85,12 @@ cdef class TensorPtrMaker:
 
     def dim_order(self, dim_order):
         """dim_order(dim_order) -> TensorPtrMaker: set the dim order (sequence of int, length ndim)."""
-        self._dim_order = _seq_copy(dim_order, "dim_order")
+        self._dim_order = _snapshot(dim_order, "dim_order")
         return self
 
     def strides(self, strides):
         """strides(strides) -> TensorPtrMaker: set the strides (sequence of int, in elements)."""
-        self._strides = _seq_copy(strides, "strides")
+        self._strides = _snapshot(strides, "strides")
         return self
 
     def dynamism(self, dynamism):
@@ -102,17 +118,6 @@ cdef class TensorPtrMaker:
                                self._type, self._dynamism, self._deleter, self._device)
 
 
-cdef object _seq_copy(object seq, str argname):
-    """A list copy of ``seq`` (None stays None), or InvalidTypeError naming ``argname``."""
-    if seq is None:
-        return None
-    try:
-        return list(seq)
-    except TypeError:
-        raise_error(Error.InvalidType,
-                    f"{argname} must be a sequence of ints, got {seq!r} of type {type(seq).__name__}")
-
-
 def for_blob(data, sizes, type=6):
     """for_blob(data, sizes, type=ScalarType.Float) -> TensorPtrMaker
     --
@@ -127,7 +132,7 @@ def for_blob(data, sizes, type=6):
     """
     cdef TensorPtrMaker m = TensorPtrMaker.__new__(TensorPtrMaker)
     m._data = data
-    m._sizes = _seq_copy(sizes, "sizes")
+    m._sizes = _snapshot(sizes, "sizes")
     m._type = type
     m._dynamism = _BOUND
     m._device = "cpu"
@@ -175,8 +180,9 @@ cdef object _fill_value(object value, int type, str argname):
     if isinstance(value, (bool, float, np.bool_, np.floating)):
         return value
     if isinstance(value, (int, np.integer)):
-        if not -(1 << 63) <= value < (1 << 63):
-            raise_error(Error.InvalidArgument, f"{argname}={value} does not fit int64")
+        if not -(1 << 63) <= value <= (1 << 63) - 1:
+            raise_error(Error.InvalidArgument,
+                        f"{argname}={value!r} does not fit int64 (an ExecuTorch Scalar)")
         return value
     raise_error(Error.InvalidType,
                 f"{argname}={value!r} of type {value.__class__.__name__} is not a real number")

@@ -4,9 +4,13 @@ Nothing here needs a GPU. :class:`HostDeviceAllocator` mirrors ExecuTorch's
 ``MockCudaAllocator`` (``runtime/core/test/mock_cuda_allocator.h``): it serves
 a device type with ordinary host memory and counts every call.
 """
+from __future__ import annotations
+
+from collections.abc import Iterator
 from contextlib import contextmanager
 import ctypes
 import numbers
+from typing import Any, TypeVar
 
 from etptr._core._device import DeviceType
 from etptr._core._device_allocator import DEFAULT_ALIGNMENT, DeviceAllocator, _replace_allocator
@@ -14,6 +18,8 @@ from etptr._core._error import (
     Error, InvalidArgumentError, InvalidTypeError, MemoryAllocationError)
 
 __all__ = ["HostDeviceAllocator", "use_allocator"]
+
+_A = TypeVar("_A", bound=DeviceAllocator)
 
 
 class HostDeviceAllocator(DeviceAllocator):
@@ -39,15 +45,15 @@ class HostDeviceAllocator(DeviceAllocator):
         failure paths.
     """
 
-    def __init__(self, device_type=DeviceType.CUDA):
+    def __init__(self, device_type: DeviceType | int = DeviceType.CUDA) -> None:
         super().__init__()
         if isinstance(device_type, bool) or not isinstance(device_type, numbers.Integral):
             raise InvalidTypeError(f"device_type must be an etptr.DeviceType, got {device_type!r}")
         if device_type not in DeviceType.__members__.values():
             raise InvalidArgumentError(f"device_type={device_type!r} is not a DeviceType code")
         self._device_type = DeviceType(device_type)
-        self._blocks = {}
-        self.fail_after = None
+        self._blocks: dict[int, Any] = {}      # aligned address -> ctypes buffer (.requested)
+        self.fail_after: int | None = None
         self.allocate_count = 0
         self.deallocate_count = 0
         self.h2d_count = 0
@@ -67,15 +73,15 @@ class HostDeviceAllocator(DeviceAllocator):
         self.last_d2h_index = 0
 
     @property
-    def device_type(self):
+    def device_type(self) -> DeviceType:
         return self._device_type
 
     @property
-    def live_bytes(self):
+    def live_bytes(self) -> int:
         """Bytes currently allocated and not yet deallocated."""
         return sum(raw.requested for raw in self._blocks.values())
 
-    def allocate(self, nbytes, index, alignment=DEFAULT_ALIGNMENT):
+    def allocate(self, nbytes: int, index: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         for name, value in (("nbytes", nbytes), ("alignment", alignment)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise InvalidTypeError(f"{name}={value!r} is not an int")
@@ -87,7 +93,13 @@ class HostDeviceAllocator(DeviceAllocator):
             raise MemoryAllocationError(
                 f"HostDeviceAllocator: allocation {self.allocate_count + 1} refused "
                 f"(fail_after={self.fail_after})", Error.MemoryAllocationFailed)
-        raw = ctypes.create_string_buffer(max(int(nbytes), 1) + alignment)
+        raw: Any
+        try:
+            raw = ctypes.create_string_buffer(max(int(nbytes), 1) + alignment)
+        except (MemoryError, OverflowError):
+            raise MemoryAllocationError(
+                f"HostDeviceAllocator: cannot allocate nbytes={nbytes} bytes of host memory",
+                Error.MemoryAllocationFailed) from None
         base = ctypes.addressof(raw)
         ptr = (base + alignment - 1) & ~(alignment - 1)
         raw.requested = int(nbytes)
@@ -98,7 +110,7 @@ class HostDeviceAllocator(DeviceAllocator):
         self.last_allocate_ptr = ptr
         return ptr
 
-    def deallocate(self, ptr, index):
+    def deallocate(self, ptr: int, index: int) -> None:
         self.deallocate_count += 1
         self.last_deallocate_ptr = ptr
         self.last_deallocate_index = index
@@ -107,14 +119,14 @@ class HostDeviceAllocator(DeviceAllocator):
         if self._blocks.pop(ptr, None) is None:
             raise InvalidArgumentError(f"ptr=0x{ptr:x} was not allocated by this allocator")
 
-    def _check_span(self, ptr, nbytes, argname):
+    def _check_span(self, ptr: int, nbytes: int, argname: str) -> None:
         for start, raw in self._blocks.items():
             if start <= ptr and ptr + nbytes <= start + max(raw.requested, 1):
                 return
         raise InvalidArgumentError(
             f"{argname}=0x{ptr:x}: {nbytes} bytes there are not inside a block of this allocator")
 
-    def copy_host_to_device(self, dst, src, nbytes, index):
+    def copy_host_to_device(self, dst: int, src: int, nbytes: int, index: int) -> None:
         self.h2d_count += 1
         self.last_h2d_dst, self.last_h2d_src = dst, src
         self.last_h2d_size, self.last_h2d_index = nbytes, index
@@ -122,7 +134,7 @@ class HostDeviceAllocator(DeviceAllocator):
             self._check_span(dst, nbytes, "dst")
             ctypes.memmove(dst, src, nbytes)
 
-    def copy_device_to_host(self, dst, src, nbytes, index):
+    def copy_device_to_host(self, dst: int, src: int, nbytes: int, index: int) -> None:
         self.d2h_count += 1
         self.last_d2h_dst, self.last_d2h_src = dst, src
         self.last_d2h_size, self.last_d2h_index = nbytes, index
@@ -132,7 +144,7 @@ class HostDeviceAllocator(DeviceAllocator):
 
 
 @contextmanager
-def use_allocator(alloc):
+def use_allocator(alloc: _A) -> Iterator[_A]:
     """Install ``alloc`` for ``alloc.device_type`` for the duration of the block.
 
     The previous registration (or none) is restored afterwards, also when the

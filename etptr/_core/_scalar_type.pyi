@@ -1,0 +1,46 @@
+"""Type stubs for etptr._core._scalar_type: ScalarType, element sizes, canCast, NumPy mapping."""
+from enum import IntEnum
+from typing import Any, TypeAlias
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+class ScalarType(IntEnum):
+    Byte = 0
+    Char = 1
+    Short = 2
+    Int = 3
+    Long = 4
+    Half = 5
+    Float = 6
+    Double = 7
+    ComplexHalf = 8
+    ComplexFloat = 9
+    ComplexDouble = 10
+    Bool = 11
+    QInt8 = 12
+    QUInt8 = 13
+    QInt32 = 14
+    BFloat16 = 15
+    QUInt4x2 = 16
+    QUInt2x4 = 17
+    Bits1x8 = 18
+    Bits2x4 = 19
+    Bits4x2 = 20
+    Bits8 = 21
+    Bits16 = 22
+    Float8_e5m2 = 23
+    Float8_e4m3fn = 24
+    Float8_e5m2fnuz = 25
+    Float8_e4m3fnuz = 26
+    UInt16 = 27
+    UInt32 = 28
+    UInt64 = 29
+
+# A ScalarType member or its int code.
+_ScalarTypeLike: TypeAlias = ScalarType | int
+
+def element_size(t: _ScalarTypeLike) -> int: ...
+def can_cast(from_t: _ScalarTypeLike, to_t: _ScalarTypeLike) -> bool: ...
+def scalar_type_from_numpy(dtype: DTypeLike) -> ScalarType: ...
+def scalar_type_to_numpy(t: _ScalarTypeLike) -> np.dtype[Any]: ...

@@ -1,0 +1,120 @@
+"""Type stubs for etptr._core._tensor_ptr: TensorPtr and the tensor_ptr.h functions."""
+from collections.abc import Callable, Sequence
+from enum import IntEnum
+from typing import Any, NoReturn, SupportsIndex, TypeAlias, TypedDict, final, overload
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer, CapsuleType, disjoint_base
+
+from etptr._core._device import Device, _DeviceLike
+from etptr._core._scalar_type import ScalarType, _ScalarTypeLike
+
+class TensorShapeDynamism(IntEnum):
+    STATIC = 0
+    DYNAMIC_BOUND = 1
+    DYNAMIC_UNBOUND = 2
+
+# sizes / dim_order / strides: a sequence of ints (or a 1-D integer array), at most 16 entries
+_Ints: TypeAlias = Sequence[SupportsIndex] | npt.NDArray[np.integer[Any]]
+_DynamismLike: TypeAlias = TensorShapeDynamism | int
+_Deleter: TypeAlias = Callable[[int], object]
+# a real number as the list overload and the fill makers take it
+_Number: TypeAlias = bool | int | float | np.bool_ | np.integer[Any] | np.floating[Any]
+
+class CudaArrayInterface(TypedDict):
+    """``__cuda_array_interface__`` (version 3) of a CUDA TensorPtr; strides in bytes."""
+
+    shape: tuple[int, ...]
+    typestr: str
+    data: tuple[int, bool]
+    strides: tuple[int, ...] | None
+    version: int
+    stream: int | None
+
+@final
+class Metadata:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+
+@disjoint_base
+class TensorPtr:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
+    @property
+    def sizes(self) -> tuple[int, ...]: ...
+    @property
+    def dim_order(self) -> tuple[int, ...]: ...
+    @property
+    def strides(self) -> tuple[int, ...]: ...
+    @property
+    def scalar_type(self) -> ScalarType: ...
+    @property
+    def shape_dynamism(self) -> TensorShapeDynamism: ...
+    @property
+    def device(self) -> Device: ...
+    @property
+    def data_ptr(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def readonly(self) -> bool: ...
+    def dim(self) -> int: ...
+    def numel(self) -> int: ...
+    def element_size(self) -> int: ...
+    def size(self, d: SupportsIndex) -> int: ...
+    def numpy(self) -> npt.NDArray[Any]: ...
+    def __array__(
+        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
+    ) -> npt.NDArray[Any]: ...
+    @property
+    def __cuda_array_interface__(self) -> CudaArrayInterface: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | Any | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> CapsuleType: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    def __reduce__(self) -> NoReturn: ...
+
+@overload
+def make_tensor_ptr(
+    sizes: TensorPtr,
+    data: _Ints | None = None,
+    /,
+    *,
+    dim_order: _Ints | None = None,
+    strides: _Ints | None = None,
+    deleter: _Deleter | None = None,
+    device: _DeviceLike | None = None,
+) -> TensorPtr: ...
+@overload
+def make_tensor_ptr(
+    sizes: npt.NDArray[Any] | Sequence[_Number] | _Number,
+    /,
+    *,
+    type: _ScalarTypeLike | None = None,
+    dynamism: _DynamismLike = ...,
+    device: _DeviceLike = "cpu",
+) -> TensorPtr: ...
+@overload
+def make_tensor_ptr(
+    sizes: _Ints,
+    data: int | None | bytes | Sequence[_Number] | Buffer,
+    dim_order: _Ints | None = None,
+    strides: _Ints | None = None,
+    type: _ScalarTypeLike | None = None,
+    dynamism: _DynamismLike = ...,
+    deleter: _Deleter | None = None,
+    device: _DeviceLike = "cpu",
+) -> TensorPtr: ...
+def clone_tensor_ptr(tensor: TensorPtr, type: _ScalarTypeLike | None = None) -> TensorPtr: ...
+def resize_tensor_ptr(tensor: TensorPtr, sizes: _Ints) -> None: ...
+def clone_tensor_ptr_to(
+    tensor: TensorPtr, device: _DeviceLike, *, stream: object = None, pinned: bool = True
+) -> TensorPtr: ...
+def clone_tensor_ptr_to_device(
+    tensor: TensorPtr, device: _DeviceLike = "cuda", device_index: int | None = None
+) -> TensorPtr: ...
+def clone_tensor_ptr_to_cpu(tensor: TensorPtr) -> TensorPtr: ...
