@@ -9,7 +9,7 @@ import textwrap
 import etptr
 from etptr import DeviceType
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 # Where the etptr under test was imported from: the installed package, or the
 # checkout itself after an in-place build. Child interpreters must import the same one.
 ETPTR_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(etptr.__file__)))
@@ -93,10 +93,10 @@ def run_isolated(code, timeout=60):
     """
     env = dict(os.environ)
     # etptr's own location first (so a checkout's uncompiled sources never shadow an
-    # installed package), then the checkout for ``tests._helpers``; the child runs in
-    # etptr's parent folder because ``python -c`` puts its working folder first on sys.path.
+    # installed package), then tests/ for ``_helpers``; the child runs in etptr's parent
+    # folder because ``python -c`` puts its working folder first on sys.path.
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (ETPTR_PARENT, REPO_ROOT, env.get("PYTHONPATH", "")) if p)
+        p for p in (ETPTR_PARENT, TESTS_DIR, env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=timeout,
                           cwd=ETPTR_PARENT, env=env)

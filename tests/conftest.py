@@ -17,7 +17,7 @@ from etptr import DeviceType
 from etptr._core._device_allocator import _replace_allocator
 from etptr.testing import HostDeviceAllocator, use_allocator
 
-from tests._helpers import PyAllocator, cuda_available
+from _helpers import PyAllocator, cuda_available
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from etptr import DeviceType
 from etptr._core._device_allocator import _replace_allocator
 from etptr.testing import HostDeviceAllocator, use_allocator
 
-from tests._helpers import PyAllocator, cuda_available, run_isolated
+from _helpers import PyAllocator, cuda_available, run_isolated
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import etptr
 from etptr import ScalarType
 from etptr.testing import HostDeviceAllocator, use_allocator
 
-from tests._dlpack_ctypes import HandMadeProducer, host_buffer
+from _dlpack_ctypes import HandMadeProducer, host_buffer
 
 # Every scalar type NumPy has that ExecuTorch has too.
 NUMPY_TYPES = [

@@ -9,7 +9,7 @@ import pytest
 import etptr
 from etptr import ScalarType as ST
 
-from tests._helpers import run_isolated
+from _helpers import run_isolated
 
 
 class Token:

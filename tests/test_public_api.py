@@ -7,7 +7,7 @@ import pytest
 import etptr
 import etptr.testing
 
-from tests._helpers import run_isolated
+from _helpers import run_isolated
 
 # Every name API.md promises from ``etptr``.
 API_NAMES = {

@@ -6,7 +6,7 @@ import pytest
 import etptr
 from etptr import ScalarType as ST
 
-from tests._helpers import run_isolated
+from _helpers import run_isolated
 
 # An independent model of ExecuTorch's canCast (scalar_type_util.h).
 COMPLEX = {ST.ComplexHalf, ST.ComplexFloat, ST.ComplexDouble}

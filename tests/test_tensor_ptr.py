@@ -14,7 +14,7 @@ from etptr import Device, DeviceType
 from etptr import ScalarType as ST
 from etptr import TensorShapeDynamism as Dyn
 
-from tests._helpers import run_isolated
+from _helpers import run_isolated
 
 BOUND = Dyn.DYNAMIC_BOUND
 
@@ -1168,7 +1168,7 @@ class TestCloneToDevice:
         proc = run_isolated(f"""
             import numpy as np, etptr
             from etptr.testing import use_allocator
-            from tests._helpers import PyAllocator
+            from _helpers import PyAllocator
             alloc = PyAllocator()
             with use_allocator(alloc):
                 d = etptr.clone_tensor_ptr_to(etptr.zeros([1 << 14]), "cuda")
