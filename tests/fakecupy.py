@@ -51,7 +51,8 @@ class _Buffers:
         return self.blocks[base][1]
 
     def owner(self, addr):
-        for base, (_, size) in self.blocks.items():
+        # list(): a snapshot, as other threads may add or remove blocks meanwhile
+        for base, (_, size) in list(self.blocks.items()):
             if base <= addr < base + size:
                 return base
         return None
@@ -62,7 +63,7 @@ def make(ndev=2, device_bytes=1 << 30):
     state = types.SimpleNamespace(
         tls=threading.local(), contexts=set(), host=_Buffers(4096), dev=_Buffers(512),
         used=[0] * ndev, calls=[], fail_memcpy_after=None, fail_host_alloc=0,
-        streams=set(), events={}, next_handle=[0x1000], lock=threading.Lock())
+        streams=set(), events={}, next_handle=[0x1000], lock=threading.RLock())
 
     def _handle():
         with state.lock:
@@ -140,11 +141,14 @@ def make(ndev=2, device_bytes=1 << 30):
 
     def streamCreateWithFlags(flags):
         h = _handle()
-        state.streams.add((h, _need_context()))
+        ctx = _need_context()
+        with state.lock:
+            state.streams.add((h, ctx))
         return h
 
     def streamDestroy(h):
-        state.streams = {s for s in state.streams if s[0] != h}
+        with state.lock:
+            state.streams = {s for s in state.streams if s[0] != h}
 
     def streamSynchronize(h):
         _need_context()
@@ -206,15 +210,22 @@ def make(ndev=2, device_bytes=1 << 30):
 
         def __del__(self):
             state.dev.blocks.pop(self.ptr, None)
-            state.used[self.device_id] -= self.size
+            with state.lock:
+                state.used[self.device_id] -= self.size
 
     def alloc(size):
         d = _need_context()
         rounded = (size + 511) // 512 * 512
-        if state.used[d] + rounded > device_bytes:
-            raise OutOfMemoryError(f"out of memory allocating {size} bytes on device {d}")
-        ptr = state.dev.new(rounded)
-        state.used[d] += rounded
+        with state.lock:           # threads allocate at once: check and count under the lock
+            if state.used[d] + rounded > device_bytes:
+                raise OutOfMemoryError(f"out of memory allocating {size} bytes on device {d}")
+            state.used[d] += rounded
+        try:
+            ptr = state.dev.new(rounded)
+        except BaseException:
+            with state.lock:
+                state.used[d] -= rounded
+            raise
         return MemoryPointer(ptr, rounded, d)
 
     memory = types.SimpleNamespace(alloc=alloc, OutOfMemoryError=OutOfMemoryError,
