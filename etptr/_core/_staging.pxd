@@ -19,6 +19,11 @@ cdef class PinnedBlock:
     cdef int64_t c_nbytes
 
 
+cdef struct _Counts:
+    int64_t in_use, requested, cached, peak, limit, hits, misses, evictions, failures
+    int64_t blocks_in_use, blocks_cached
+
+
 cdef class PinnedHostPool:
     cdef cython.pymutex c_lock
     cdef dict c_free          # size class -> list of cached _Slab (newest last)
@@ -38,9 +43,13 @@ cdef class PinnedHostPool:
 
     cdef _Slab c_acquire(self, int64_t nbytes, int dev)
     cdef _Slab _new_slab(self, int64_t size, int64_t nbytes, int dev)
+    cdef void _recache(self, _Slab slab, list spare, bint oldest) noexcept
     cdef void _take(self, _Slab slab, int64_t nbytes, bint hit) noexcept
     cdef int c_release(self, _Slab slab, int64_t nbytes) except -1
+    cdef void _evict(self, list to_free) noexcept
     cdef _Slab c_find(self, uintptr_t address)
+    cdef int c_forget(self) except -1
+    cdef void _counts(self, _Counts* c) noexcept
     cdef PinnedBlock c_malloc(self, int64_t nbytes, int dev)
 
 
@@ -52,6 +61,8 @@ cdef struct CopyConfig:
 
 
 cdef int64_t c_size_class(int64_t nbytes) noexcept nogil
+cdef bint c_forked() noexcept
+cdef int c_check_usable(str what) except -1
 cdef object c_cupy()
 cdef PinnedHostPool c_default_pool()
 cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,

@@ -17,13 +17,22 @@ Two parts, both used by :class:`etptr.cuda.CudaAllocator`:
 CuPy is imported on first use, at Python level: building etptr never needs it.
 Every CUDA call runs with its device current, and the previous state is
 restored afterwards (no context is created on a device the caller did not name).
+
+Fork: the CUDA driver cannot be used in a child made by ``os.fork()`` once
+the parent has initialised it. In such a child every CUDA entry point of
+etptr raises :class:`~etptr.InvalidStateError` (naming fork and the 'spawn'
+start method), and the parent's streams, events, pinned blocks and device
+memory are forgotten without a CUDA call: they belong to the parent's
+context. A child forked before CUDA was first used may use CUDA itself.
 """
 cimport cython
 from cython.parallel cimport prange
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.ref cimport Py_INCREF
 from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
+from posix.unistd cimport getpid
 
 import os
 import threading
@@ -64,6 +73,61 @@ _cfg.slots = 3
 _cfg.small_bytes = 256 << 10
 _tls = threading.local()
 
+# ------------------------------------------------------------------ fork state
+
+# The CUDA driver cannot be used in a child made by fork() once the parent has
+# initialised it (the child would get errors or hang). etptr notes when it
+# initialises CUDA; a child forked after that refuses every CUDA call and
+# forgets, without freeing, what belonged to the parent's context.
+cdef bint _cuda_initialised = False   # by etptr, in this process or before the fork
+cdef bint _forked_after_init = False  # this process was forked after that
+cdef long _init_pid = 0               # the process that initialised CUDA
+cdef int _omp_started = 0             # an OpenMP team has run here
+cdef int _omp_forked = 0              # forked after that: copy on one thread (libgomp is
+                                      # not fork-safe; its pool of threads is gone here)
+
+
+cdef void _note_init() noexcept:
+    global _cuda_initialised, _init_pid
+    if not _cuda_initialised:
+        _init_pid = getpid()
+        _cuda_initialised = True
+
+
+cdef bint c_forked() noexcept:
+    """True in a child forked after CUDA was initialised: CUDA must not be called."""
+    return _forked_after_init
+
+
+cdef int c_check_usable(str what) except -1:
+    """Raise InvalidStateError when CUDA cannot be used here (forked after initialisation)."""
+    if _forked_after_init:
+        raise_error(Error.InvalidState,
+                    f"{what}: CUDA cannot be used in this process (pid {getpid()}): it was "
+                    f"created by fork() after process {_init_pid} had initialised CUDA, and "
+                    f"the CUDA driver does not survive fork. Start processes that use CUDA "
+                    f"with the 'spawn' start method (multiprocessing.get_context('spawn'), or "
+                    f"multiprocessing.set_start_method('spawn')), or fork before the first "
+                    f"CUDA call. Host-only etptr functions work here.")
+    return 0
+
+
+def _note_cuda_init():
+    """Record that CUDA is being initialised in this process (etptr.cuda.is_available)."""
+    _note_init()
+
+
+def _cuda_forked():
+    """True in a process forked after CUDA was initialised (CUDA calls raise there)."""
+    return _forked_after_init
+
+
+cdef inline void _keep_forever(object obj) noexcept:
+    # Objects that belong to the parent's CUDA context are never destroyed in a
+    # forked child: destroying them could call into CUDA (or a lock held at fork).
+    Py_INCREF(obj)
+
+
 # ------------------------------------------------------------------ CuPy, lazily
 
 cdef object _cp = None      # the cupy module (or a stand-in set by _set_backend)
@@ -76,6 +140,7 @@ cdef object _current_stream = None   # cupy.cuda.get_current_stream
 cdef object c_cupy():
     """The CuPy module, imported on first use; NotSupportedError without it."""
     global _cp, _rt, _drv, _CudaError
+    c_check_usable("CUDA")
     if _cp is None:
         try:
             import cupy
@@ -94,6 +159,7 @@ def _set_backend(module):
     if module is None:
         _cp = _rt = _drv = _CudaError = _current_stream = None
         return
+    _note_init()      # getDeviceCount below initialises the driver
     _cp = module
     _rt = module.cuda.runtime
     _drv = module.cuda.driver
@@ -109,6 +175,7 @@ cdef int c_enter_device(int dev, int* saved) except -1:
     """Make ``dev`` current; ``saved`` (2 ints) records what to restore."""
     saved[0] = 0
     saved[1] = 0
+    c_check_usable("CUDA")
     if _drv.ctxGetCurrent() == 0:
         # No context is current: restore exactly that afterwards, so that no
         # context appears on device 0 when the caller only ever named another.
@@ -223,6 +290,10 @@ cdef int _free_slab(_Slab slab) except -1:
     if ptr == 0:
         return 0
     slab.ptr = 0
+    if _forked_after_init:
+        slab.event = 0        # the parent's memory and event: nothing to free here
+        slab.pending = False
+        return 0
     c_enter_device(slab.dev, saved)
     try:
         if slab.event != 0:
@@ -258,6 +329,8 @@ cdef class PinnedBlock:
         if slab is None:
             return
         self.c_slab = None
+        if _forked_after_init:
+            return            # a block of the parent's (forked after CUDA init): not ours to free
         try:
             pool = self.c_pool_ref() if self.c_pool_ref is not None else None
             if pool is not None:
@@ -299,6 +372,9 @@ cdef class PinnedBlock:
         return f"<PinnedBlock ptr={self.c_slab.ptr:#x} nbytes={self.c_nbytes} capacity={self.c_slab.size}>"
 
 
+_pools = weakref.WeakSet()    # every PinnedHostPool, to be emptied in a child after fork
+
+
 @cython.final
 cdef class PinnedHostPool:
     """PinnedHostPool(max_cached_bytes=DEFAULT_MAX_CACHED_BYTES)
@@ -329,6 +405,7 @@ cdef class PinnedHostPool:
         self.c_order = {}
         self.c_live = {}
         self.c_limit = DEFAULT_MAX_CACHED_BYTES
+        _pools.add(self)
 
     def __init__(self, max_cached_bytes=DEFAULT_MAX_CACHED_BYTES):
         self.c_limit = _nonneg(max_cached_bytes, "max_cached_bytes")
@@ -339,6 +416,7 @@ cdef class PinnedHostPool:
         cdef _Slab slab = None
         cdef list lst
         cdef bint fresh = False
+        c_check_usable("pinned host memory")
         with self.c_lock:
             lst = self.c_free.get(size)
             if lst:
@@ -349,14 +427,16 @@ cdef class PinnedHostPool:
                     self._take(slab, nbytes, True)
                     return slab
         if slab is not None:
-            if _rt.eventQuery(slab.event) == 0:
+            try:
+                done = _rt.eventQuery(slab.event) == 0
+            except BaseException:
+                self._recache(slab, [], True)     # neither lost nor handed out
+                raise
+            if done:
                 slab.pending = False
             else:
                 # A copy may still touch it: leave it cached, take a new block.
-                with self.c_lock:
-                    self.c_free.setdefault(size, []).insert(0, slab)
-                    self.c_order[slab] = None
-                    self.c_cached += size
+                self._recache(slab, [], True)
                 slab = None
         if slab is None:
             slab = self._new_slab(size, nbytes, dev)
@@ -364,6 +444,24 @@ cdef class PinnedHostPool:
         with self.c_lock:
             self._take(slab, nbytes, not fresh)
         return slab
+
+    cdef void _recache(self, _Slab slab, list spare, bint oldest) noexcept:
+        # Put ``slab`` on its class's free list (``spare``: an empty list made
+        # beforehand, so that nothing the garbage collector tracks is allocated
+        # while c_lock is held: a collection run there could free a block and
+        # re-enter the lock).
+        cdef list lst
+        with self.c_lock:
+            lst = self.c_free.get(slab.size)
+            if lst is None:
+                lst = spare
+                self.c_free[slab.size] = lst
+            if oldest:
+                lst.insert(0, slab)
+            else:
+                lst.append(slab)
+            self.c_order[slab] = None
+            self.c_cached += slab.size
 
     cdef void _take(self, _Slab slab, int64_t nbytes, bint hit) noexcept:
         # with c_lock held: account for a slab handed out
@@ -404,8 +502,12 @@ cdef class PinnedHostPool:
 
     cdef int c_release(self, _Slab slab, int64_t nbytes) except -1:
         cdef list to_free = []
+        cdef list spare = []          # see _recache: no GC-tracked allocation under c_lock
+        cdef list lst
         cdef _Slab old
         cdef int64_t size = slab.size
+        if _forked_after_init:
+            return 0          # the parent's block; the pool forgot it at the fork
         with self.c_lock:
             if self.c_live.pop(slab.ptr, None) is None:
                 return 0
@@ -414,22 +516,48 @@ cdef class PinnedHostPool:
             if size > self.c_limit:
                 to_free.append(slab)
             else:
-                self.c_free.setdefault(size, []).append(slab)
+                lst = self.c_free.get(size)
+                if lst is None:
+                    lst = spare
+                    self.c_free[size] = lst
+                lst.append(slab)
                 self.c_order[slab] = None
                 self.c_cached += size
-                while self.c_cached > self.c_limit:
-                    old = next(iter(self.c_order))
-                    del self.c_order[old]
-                    self.c_free[old.size].remove(old)
-                    self.c_cached -= old.size
-                    self.c_evictions += 1
-                    to_free.append(old)
+                self._evict(to_free)
         for old in to_free:
             _free_slab(old)
         return 0
 
+    cdef void _evict(self, list to_free) noexcept:
+        # with c_lock held: move the oldest cached slabs to ``to_free`` until under the cap
+        cdef _Slab old
+        while self.c_cached > self.c_limit:
+            for old in self.c_order:      # the oldest; PyDict_Next, no iterator object
+                break
+            else:
+                break
+            del self.c_order[old]
+            self.c_free[old.size].remove(old)
+            self.c_cached -= old.size
+            self.c_evictions += 1
+            to_free.append(old)
+
     cdef _Slab c_find(self, uintptr_t address):
         return self.c_live.get(address)
+
+    cdef int c_forget(self) except -1:
+        """In a child forked after CUDA init: drop the parent's blocks, free nothing."""
+        _keep_forever(self.c_free)
+        _keep_forever(self.c_order)
+        _keep_forever(self.c_live)
+        self.c_free = {}
+        self.c_order = {}
+        self.c_live = {}
+        self.c_in_use = 0
+        self.c_cached = 0
+        self.c_requested = 0
+        self.c_peak = 0
+        return 0
 
     cdef PinnedBlock c_malloc(self, int64_t nbytes, int dev):
         cdef PinnedBlock b = PinnedBlock.__new__(PinnedBlock)
@@ -461,6 +589,7 @@ cdef class PinnedHostPool:
         """
         cdef int64_t n = _nonneg(nbytes, "nbytes")
         cdef int dev
+        c_check_usable("PinnedHostPool.malloc")
         c_cupy()
         dev = _rt.getDevice() if device == -1 else _nonneg(device, "device")
         return self.c_malloc(n, dev)
@@ -473,10 +602,15 @@ cdef class PinnedHostPool:
         copy may still run is freed once that copy has completed.
         """
         cdef _Slab slab
+        cdef dict slabs
+        cdef dict order = {}
+        cdef dict free = {}
+        if _forked_after_init:
+            return            # forked after CUDA init: the pool holds nothing of its own
         with self.c_lock:
-            slabs = list(self.c_order)
-            self.c_order.clear()
-            self.c_free.clear()
+            slabs = self.c_order
+            self.c_order = order
+            self.c_free, free = free, self.c_free
             self.c_cached = 0
         for slab in slabs:
             _free_slab(slab)
@@ -493,21 +627,40 @@ cdef class PinnedHostPool:
         ``failures`` (pinning failures after the retry), ``blocks_in_use``,
         ``blocks_cached``.
         """
-        with self.c_lock:
-            return {
-                "in_use_bytes": self.c_in_use,
-                "requested_bytes": self.c_requested,
-                "cached_bytes": self.c_cached,
-                "held_bytes": self.c_in_use + self.c_cached,
-                "peak_bytes": self.c_peak,
-                "max_cached_bytes": self.c_limit,
-                "hits": self.c_hits,
-                "misses": self.c_misses,
-                "evictions": self.c_evictions,
-                "failures": self.c_failures,
-                "blocks_in_use": len(self.c_live),
-                "blocks_cached": len(self.c_order),
-            }
+        cdef _Counts c
+        if _forked_after_init:        # after a fork the lock may be held by a lost thread
+            self._counts(&c)
+        else:
+            with self.c_lock:
+                self._counts(&c)
+        # the dict is built after the lock is released (see _recache)
+        return {
+            "in_use_bytes": c.in_use,
+            "requested_bytes": c.requested,
+            "cached_bytes": c.cached,
+            "held_bytes": c.in_use + c.cached,
+            "peak_bytes": c.peak,
+            "max_cached_bytes": c.limit,
+            "hits": c.hits,
+            "misses": c.misses,
+            "evictions": c.evictions,
+            "failures": c.failures,
+            "blocks_in_use": c.blocks_in_use,
+            "blocks_cached": c.blocks_cached,
+        }
+
+    cdef void _counts(self, _Counts* c) noexcept:
+        c.in_use = self.c_in_use
+        c.requested = self.c_requested
+        c.cached = self.c_cached
+        c.peak = self.c_peak
+        c.limit = self.c_limit
+        c.hits = self.c_hits
+        c.misses = self.c_misses
+        c.evictions = self.c_evictions
+        c.failures = self.c_failures
+        c.blocks_in_use = len(self.c_live)
+        c.blocks_cached = len(self.c_order)
 
     def reset_peak(self):
         """reset_peak() -> None
@@ -515,6 +668,9 @@ cdef class PinnedHostPool:
 
         Set ``peak_bytes`` to the bytes held now.
         """
+        if _forked_after_init:
+            self.c_peak = self.c_in_use + self.c_cached
+            return
         with self.c_lock:
             self.c_peak = self.c_in_use + self.c_cached
 
@@ -528,15 +684,12 @@ cdef class PinnedHostPool:
         cdef int64_t limit = _nonneg(value, "max_cached_bytes")
         cdef list to_free = []
         cdef _Slab old
+        if _forked_after_init:
+            self.c_limit = limit      # nothing cached of its own to free
+            return
         with self.c_lock:
             self.c_limit = limit
-            while self.c_cached > self.c_limit:
-                old = next(iter(self.c_order))
-                del self.c_order[old]
-                self.c_free[old.size].remove(old)
-                self.c_cached -= old.size
-                self.c_evictions += 1
-                to_free.append(old)
+            self._evict(to_free)
         for old in to_free:
             _free_slab(old)
 
@@ -758,14 +911,16 @@ cdef bint _is_page_locked(uintptr_t address) except -1:
 @cython.wraparound(False)
 cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads) noexcept nogil:
     """memcpy with up to ``nthreads`` OpenMP threads, pieces of at least _MIN_PIECE bytes."""
+    global _omp_started
     cdef Py_ssize_t i, parts
     cdef int64_t piece, off, m
     parts = nthreads
     if parts > n // _MIN_PIECE:
         parts = n // _MIN_PIECE
-    if parts <= 1:
+    if parts <= 1 or _omp_forked:
         memcpy(dst, src, n)
         return
+    _omp_started = 1
     piece = ((n + parts - 1) // parts + 63) & ~(<int64_t>63)
     for i in prange(parts, num_threads=parts, schedule="static", chunksize=1):
         off = i * piece
@@ -971,6 +1126,7 @@ cdef int c_copy_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, objec
     cdef intptr_t s, cur
     cdef bint sync = stream is None
     cdef _Slab slab
+    c_check_usable("host->device copy")
     if nbytes <= 0:
         return 0
     c_cupy()
@@ -1026,6 +1182,7 @@ cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, objec
     cdef intptr_t s, cur
     cdef bint sync = stream is None
     cdef _Slab slab
+    c_check_usable("device->host copy")
     if nbytes <= 0:
         return 0
     c_cupy()
@@ -1074,3 +1231,30 @@ def _engine_stream(int dev):
         return _engine(dev).stream
     finally:
         c_exit_device(dev, saved)
+
+
+# ------------------------------------------------------------------ fork handler
+
+def _after_fork_in_child():
+    """os.register_at_fork(after_in_child=...): see "fork state" above.
+
+    Runs in the child with one thread. When the parent had initialised CUDA,
+    the copy streams and events, and every pool's pinned blocks, are dropped
+    without a CUDA call (they belong to the parent's context, and a lock in
+    them may have been held by a thread that the child does not have); from
+    then on every CUDA entry point raises InvalidStateError and inherited
+    tensors are released without freeing anything.
+    """
+    global _forked_after_init, _engines, _omp_forked
+    if _omp_started:
+        _omp_forked = 1
+    if not _cuda_initialised or _forked_after_init:
+        return
+    _forked_after_init = True
+    _keep_forever(_engines)
+    _engines = {}
+    for pool in list(_pools):
+        (<PinnedHostPool>pool).c_forget()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
