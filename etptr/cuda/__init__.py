@@ -46,10 +46,18 @@ __all__ = [
 def is_available():
     """is_available() -> bool
 
-    True when CuPy imports and at least one CUDA device is present.
+    True when CuPy imports and at least one CUDA device is present. False in a
+    process created by ``os.fork()`` after CUDA was initialised (CUDA cannot
+    be used there); asking initialises the CUDA driver, so fork before it.
     """
+    if _staging_module._cuda_forked():
+        return False
     try:
         import cupy
+    except Exception:
+        return False
+    _staging_module._note_cuda_init()     # getDeviceCount initialises the driver
+    try:
         return cupy.cuda.runtime.getDeviceCount() > 0
     except Exception:
         return False

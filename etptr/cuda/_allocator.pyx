@@ -5,15 +5,22 @@ device memory comes from CuPy's memory pool (so CuPy's pool figures show
 it), and copies go through etptr's pinned staging engine
 (:mod:`etptr._core._staging`). CuPy is imported on first use, never when this
 module is imported.
+
+In a child made by ``os.fork()`` after CUDA was initialised, every method
+that would call CUDA raises :class:`~etptr.InvalidStateError`, and
+:meth:`CudaAllocator.deallocate` forgets the parent's memory without freeing
+it, so that inherited tensors die quietly.
 """
 cimport cython
 from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
 
 from etptr._core._device_allocator cimport DeviceAllocator
 from etptr._core._error cimport raise_error
+from cpython.ref cimport Py_INCREF
+
 from etptr._core._staging cimport (
-    CopyConfig, c_config, c_copy_d2h, c_copy_h2d, c_cupy, c_default_pool, c_enter_device,
-    c_exit_device, c_stream_handle)
+    CopyConfig, c_check_usable, c_config, c_copy_d2h, c_copy_h2d, c_cupy, c_default_pool,
+    c_enter_device, c_exit_device, c_forked, c_stream_handle)
 
 from etptr._core._device import DeviceType
 from etptr._core._device_allocator import DEFAULT_ALIGNMENT
@@ -81,6 +88,11 @@ cdef class CudaAllocator(DeviceAllocator):
     first time CUDA's allocator is looked up, when CuPy imports and a device
     exists.
 
+    In a process created by ``os.fork()`` after CUDA was initialised, the
+    methods raise :class:`~etptr.InvalidStateError` (use the 'spawn' start
+    method), except :meth:`deallocate`, which forgets the parent's memory
+    without calling CUDA.
+
     Examples
     --------
     >>> import etptr                                    # doctest: +SKIP
@@ -143,7 +155,10 @@ cdef class CudaAllocator(DeviceAllocator):
         ------
         InvalidArgumentError
             ``index < -1`` or past the last device.
+        InvalidStateError
+            This process was forked after CUDA was initialised.
         """
+        c_check_usable("CudaAllocator.resolve_index")
         return self.c_device(index)
 
     def allocate(self, nbytes, index, alignment=DEFAULT_ALIGNMENT, *, stream=None):
@@ -170,11 +185,14 @@ cdef class CudaAllocator(DeviceAllocator):
             ``alignment > 256``.
         MemoryAllocationError
             The device has not got ``nbytes`` bytes free.
+        InvalidStateError
+            This process was forked after CUDA was initialised.
         """
         cdef int64_t n = _count(nbytes, "nbytes")
         cdef int64_t a = _count(alignment, "alignment")
         cdef int dev
         cdef int saved[2]
+        c_check_usable("CudaAllocator.allocate")
         if a == 0 or (a & (a - 1)) != 0:
             raise_error(Error.InvalidArgument,
                         f"alignment={a}: must be a power of two")
@@ -214,6 +232,8 @@ cdef class CudaAllocator(DeviceAllocator):
         --
 
         Give memory from :meth:`allocate` back to CuPy's pool. ``ptr == 0`` is a no-op.
+        In a process forked after CUDA was initialised, the memory belongs to
+        the parent's context: it is forgotten, without a CUDA call.
 
         Raises
         ------
@@ -230,6 +250,10 @@ cdef class CudaAllocator(DeviceAllocator):
             raise_error(Error.InvalidArgument,
                         f"ptr={p:#x} (index={index}) was not allocated by this CudaAllocator "
                         f"or was freed already")
+        if c_forked():
+            # The parent's memory: freeing it, even into CuPy's pool, is not ours to do here.
+            Py_INCREF(mem)
+            return
         # CuPy's pool may switch devices while freeing; with the owning device
         # current it has no reason to (and no context appears on another device).
         dev = mem.device_id
@@ -272,10 +296,14 @@ cdef class CudaAllocator(DeviceAllocator):
         EtError
             A CUDA call failed (``Error.Internal``); device memory and
             pinned slots are released.
+        InvalidStateError
+            This process was forked after CUDA was initialised.
         """
         cdef CopyConfig cfg
         cdef int64_t n = _count(nbytes, "nbytes")
-        cdef int dev = self.c_device(index)
+        cdef int dev
+        c_check_usable("CudaAllocator.copy_host_to_device")
+        dev = self.c_device(index)
         c_config(&cfg, threads, slot_bytes, slots, small_copy_bytes)
         if n == 0:
             return
@@ -311,10 +339,14 @@ cdef class CudaAllocator(DeviceAllocator):
             A null address with ``nbytes > 0``, a bad index or setting.
         EtError
             A CUDA call failed (``Error.Internal``).
+        InvalidStateError
+            This process was forked after CUDA was initialised.
         """
         cdef CopyConfig cfg
         cdef int64_t n = _count(nbytes, "nbytes")
-        cdef int dev = self.c_device(index)
+        cdef int dev
+        c_check_usable("CudaAllocator.copy_device_to_host")
+        dev = self.c_device(index)
         c_config(&cfg, threads, slot_bytes, slots, small_copy_bytes)
         if n == 0:
             return
@@ -333,9 +365,13 @@ cdef class CudaAllocator(DeviceAllocator):
         ------
         MemoryAllocationError
             The memory could not be pinned, even after the pool's cache was freed.
+        InvalidStateError
+            This process was forked after CUDA was initialised.
         """
         cdef int64_t n = _count(nbytes, "nbytes")
-        cdef int dev = self.c_device(index)
+        cdef int dev
+        c_check_usable("CudaAllocator.allocate_host")
+        dev = self.c_device(index)
         if n == 0:
             return None
         return c_default_pool().c_malloc(n, dev)
