@@ -1,0 +1,100 @@
+"""Host-only etptr in a child made by os.fork(), on machines without a GPU.
+
+(A child forked after CUDA was used is covered by tests/cuda/test_faults_load.py,
+on a device or under the fake CuPy.)
+"""
+import os
+
+import pytest
+
+from _helpers import run_isolated
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+FORK = """
+    import os, signal, sys, time, warnings
+
+    def fork_and_wait(child, limit=30):
+        sys.stdout.flush()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)   # fork with threads running
+            pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                signal.alarm(limit)          # a hang ends the child with SIGALRM
+                status = child()
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        deadline = time.monotonic() + limit + 10
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return "hung"
+"""
+
+
+def test_threaded_host_copy_in_child_after_parent_used_openmp():
+    # libgomp keeps a pool of threads that a forked child does not have: a
+    # parallel copy there must fall back to one thread instead of waiting forever.
+    out = run_isolated(FORK + """
+    import numpy as np
+    from etptr._core import _staging
+    a = np.frombuffer(np.random.default_rng(0).bytes(16 << 20), np.uint8)
+    b = np.zeros_like(a)
+    _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)
+    assert np.array_equal(a, b)
+
+    def child():
+        c = np.zeros_like(a)
+        _staging._host_copy(c.ctypes.data, a.ctypes.data, a.nbytes, 4)
+        assert np.array_equal(a, c)
+        print("CHILD OK")
+        return 0
+
+    status = fork_and_wait(child)
+    assert status == 0, status
+    b[:] = 0
+    _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)   # the parent still uses threads
+    assert np.array_equal(a, b)
+    print("PARENT OK")
+    """, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "CHILD OK" in out.stdout and "PARENT OK" in out.stdout, out.stdout + out.stderr
+
+
+def test_host_only_etptr_in_child_without_cuda():
+    out = run_isolated(FORK + """
+    import numpy as np
+    import etptr, etptr.cuda
+    from etptr.testing import HostDeviceAllocator, use_allocator
+    t = etptr.make_tensor_ptr(np.arange(12.0).reshape(3, 4))
+    pool = etptr.cuda.get_pinned_host_pool()
+
+    def child():
+        from etptr._core import _staging
+        assert not _staging._cuda_forked()          # CUDA was never used: nothing refused
+        c = etptr.clone_tensor_ptr(t, etptr.ScalarType.Float)
+        assert c.numpy().sum() == 66.0
+        assert pool.stats()["in_use_bytes"] == 0
+        with use_allocator(HostDeviceAllocator()):
+            d = etptr.clone_tensor_ptr_to(t, "cuda")
+            assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), t.numpy())
+        print("CHILD OK")
+        return 0
+
+    status = fork_and_wait(child)
+    assert status == 0, status
+    print("PARENT OK")
+    """, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "CHILD OK" in out.stdout and "PARENT OK" in out.stdout, out.stdout + out.stderr
