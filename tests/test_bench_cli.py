@@ -143,7 +143,7 @@ def test_index_naming_a_missing_tensor_is_refused(sharded, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["missing.safetensors"], "does not exist"),
     (["--sweep", "x.safetensors"], "either --sweep or checkpoints"),
-    (["--plot", "p.png"], "only apply with --sweep"),
+    (["--plot", "p.png"], "applies only with --sweep"),
     (["--repeats", "0"], "not a positive integer"),
     (["--sweep", "--max-size", "12 parsecs"], "expected a number"),
     (["--sweep", "--line-rate-size", "1GiB"], "applies to checkpoint mode"),

@@ -92,11 +92,11 @@ def test_double_registration_is_invalid_state(empty_cuda_slot):
 @pytest.mark.parametrize("bad, cls, fragment", [
     (7, etptr.InvalidArgumentError, "device_type=7 is not a DeviceType code"),
     (-1, etptr.InvalidArgumentError, "device_type=-1 is not a DeviceType code"),
-    ("cuda", etptr.InvalidTypeError, "device_type must be an etptr.DeviceType, got 'cuda'"),
+    ("tpu", etptr.InvalidArgumentError, "device_type='tpu' is not a device"),
     (None, etptr.InvalidTypeError, "device_type must be an etptr.DeviceType, got None"),
     (1.0, etptr.InvalidTypeError, "got 1.0"),
     (True, etptr.InvalidTypeError, "got True"),
-    (etptr.Device("cuda"), etptr.InvalidTypeError, "got Device(1, 0)"),
+    (b"cuda", etptr.InvalidTypeError, "got b'cuda'"),
 ])
 def test_lookup_with_a_bad_device_type(bad, cls, fragment):
     # Regression: these raised a bare ValueError from the DeviceType enum.
@@ -338,3 +338,10 @@ def test_cuda_allocator_registers_itself_on_first_lookup():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["CudaAllocator", "True", "True"]
 
+
+
+def test_lookup_accepts_device_spellings(host_alloc):
+    for spelling in ("cuda", "cuda:1", etptr.Device("cuda", 3), DeviceType.CUDA, 1):
+        assert etptr.get_device_allocator(spelling) is host_alloc
+        assert etptr.DeviceAllocatorRegistry.instance().get_allocator(spelling) is host_alloc
+    assert etptr.get_device_allocator("cpu") is None

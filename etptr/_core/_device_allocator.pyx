@@ -6,6 +6,7 @@ by tensors that live on (or are cloned to) that device type.
 """
 cimport cython
 
+from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
 from etptr._core._error import Error
 from etptr._core._device import DeviceType
@@ -144,7 +145,9 @@ cdef object _device_type_of(object alloc):
 
 
 cdef int _device_type_arg(object device_type) except -1:
-    """``device_type`` (DeviceType or int code) checked, as an int."""
+    """``device_type`` (DeviceType, int code, Device or a device string) checked, as an int."""
+    if isinstance(device_type, (str, Device)):
+        return (<Device>c_device(device_type, "device_type")).c_type
     if isinstance(device_type, bool) or not hasattr(type(device_type), "__index__"):
         raise_error(Error.InvalidType,
                     f"device_type must be an etptr.DeviceType, got {device_type!r}")

@@ -96,6 +96,12 @@ _ERROR_CLASSES = {
 }
 
 
+# Public under etptr: tracebacks and pickles name etptr.InvalidArgumentError, not the core module.
+for _cls in (Error, EtError, InvalidArgumentError, InvalidTypeError, NotSupportedError,
+             MemoryAllocationError, NotFoundError, InvalidStateError, EtWarning):
+    _cls.__module__ = "etptr"
+
+
 def error_class(code):
     """The exception class raised for ``code`` (an :class:`Error` or int)."""
     return _ERROR_CLASSES.get(Error(code), EtError)

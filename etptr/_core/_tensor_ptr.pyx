@@ -459,7 +459,9 @@ cdef class TensorPtr:
         if self.c_data == NULL:
             if self.c_numel != 0:
                 raise_error(Error.InvalidArgument,
-                            "numpy(): the tensor has null data (made with data=None)")
+                            "numpy(): the tensor has null data (made with data=None); give it "
+                            "memory first, e.g. etptr.empty(sizes, type) or "
+                            "make_tensor_ptr(sizes, buffer)")
             return np.empty(self.sizes, dtype=dtype)
         region = _host_region(self, self.c_nbytes())
         itemsize = c_element_size(self.c_type)
@@ -617,13 +619,28 @@ cdef TensorPtr c_host_empty(Metadata meta, int type, int dynamism):
     return t
 
 
+cdef str _why_no_allocator(int device_type):
+    """The reason the built-in allocator of ``device_type`` did not register, as a suffix."""
+    if device_type != 1:
+        return "; register one with etptr.register_device_allocator"
+    try:
+        from etptr.cuda import unavailable_reason
+        why = unavailable_reason()
+    except Exception:
+        why = None
+    if why:
+        return f" ({why}); or register your own with etptr.register_device_allocator"
+    return (" (the CUDA allocator needs CuPy and a CUDA device: pip install 'etptr[cuda13]' "
+            "or 'etptr[cuda12]'); or register your own with etptr.register_device_allocator")
+
+
 cdef object _allocator_for(Device device, str argname):
     alloc = c_get_allocator(device.c_type)
     if alloc is None:
         raise_error(Error.NotFound,
                     f"{argname}={device}: no DeviceAllocator is registered for "
-                    f"{_DEVICE_TYPES[device.c_type]!r} (install CuPy for CUDA, or "
-                    f"etptr.register_device_allocator your own)")
+                    f"DeviceType.{_DEVICE_TYPES[device.c_type].name}"
+                    + _why_no_allocator(device.c_type))
     return alloc
 
 

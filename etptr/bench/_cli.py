@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import platform
 import sys
 import time
@@ -126,7 +127,8 @@ def _check_args(parser, args):
         given = [o for o, v in (("--quick", args.quick), ("--plot", args.plot),
                                 ("--max-size", args.max_size != 1 * GiB)) if v]
         if given:
-            parser.error(f"{', '.join(given)} only apply with --sweep")
+            parser.error(f"{', '.join(given)} "
+                         f"{'applies' if len(given) == 1 else 'apply'} only with --sweep")
 
 
 def _environment(env) -> dict:
@@ -173,9 +175,10 @@ def _host_table(timings, labels, count, stat) -> str:
 def _host_ratios(timings, stat, out) -> dict:
     """Print and return clone_tensor_ptr against ndarray.copy(), and wrapping against
     torch.from_numpy when it was timed."""
-    ratios = {"clone_vs_numpy_copy": ratio(timings["host.clone"].gbps(stat),
-                                           timings["host.numpy_copy"].gbps(stat))}
-    out(f"  clone_tensor_ptr / ndarray.copy(): {fmt_ratio(ratios['clone_vs_numpy_copy'])}")
+    ratios = {"clone_speed_vs_numpy_copy": ratio(timings["host.clone"].gbps(stat),
+                                                 timings["host.numpy_copy"].gbps(stat))}
+    out(f"  speed of clone_tensor_ptr / ndarray.copy(): "
+        f"{fmt_ratio(ratios['clone_speed_vs_numpy_copy'])} (>1: etptr faster)")
     if "host.torch_from_numpy" in timings:
         r = ratio(timings["host.torch_from_numpy"].seconds(stat),
                   timings["host.make_tensor_ptr"].seconds(stat))
@@ -344,6 +347,16 @@ def _run_sweep(args, env, out) -> tuple:
 
 def main(argv=None) -> int:
     """Run ``etptr-bench``; returns the exit status (see ``--help``)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (e.g. `etptr-bench | head`): stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _main(argv) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_args(parser, args)
@@ -361,6 +374,14 @@ def main(argv=None) -> int:
     elif not env.etptr_ok:
         out(f"etptr has no CUDA path here: {env.etptr_reason}; measuring the peers only")
 
+    if args.json:
+        # fail before minutes of measuring, not after
+        try:
+            with open(args.json, "a"):
+                pass
+        except OSError as exc:
+            print(f"etptr-bench: error: --json {args.json}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     runner = _run_sweep if args.sweep else _run_checkpoint
     status, report = runner(args, env, out)
     if report is None:
