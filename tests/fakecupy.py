@@ -6,7 +6,9 @@ buffers, copies happen at once, streams and events are bookkeeping. It also
 models what the real runtime does that tests care about: a CUDA call made
 while no context is current creates one (on device 0 here), ``setDevice`` creates
 one on the device it names, allocations past a device's capacity fail, and
-failures can be injected (``fail_memcpy_after``, ``fail_host_alloc``).
+failures can be injected (``fail_memcpy_after``, ``fail_host_alloc``). The
+driver starts uninitialised (``state.initialised``): runtime calls initialise
+it, and until then driver calls raise CUDA_ERROR_NOT_INITIALIZED.
 
 Use :func:`make` for a fresh instance and hand it to
 ``etptr._core._staging._set_backend``.
@@ -20,6 +22,12 @@ class CUDARuntimeError(RuntimeError):
     def __init__(self, status, what=""):
         self.status = status
         super().__init__(f"cudaError {status}: {what}")
+
+
+class CUDADriverError(RuntimeError):
+    def __init__(self, status, what=""):
+        self.status = status
+        super().__init__(f"CUresult {status}: {what}")
 
 
 class OutOfMemoryError(MemoryError):
@@ -63,7 +71,8 @@ def make(ndev=2, device_bytes=1 << 30):
     state = types.SimpleNamespace(
         tls=threading.local(), contexts=set(), host=_Buffers(4096), dev=_Buffers(512),
         used=[0] * ndev, calls=[], fail_memcpy_after=None, fail_host_alloc=0,
-        streams=set(), events={}, next_handle=[0x1000], lock=threading.RLock())
+        streams=set(), events={}, next_handle=[0x1000], lock=threading.RLock(),
+        initialised=False)
 
     def _handle():
         with state.lock:
@@ -74,6 +83,7 @@ def make(ndev=2, device_bytes=1 << 30):
         return getattr(state.tls, "ctx", None)
 
     def _need_context():
+        state.initialised = True
         # A call that needs a context while none is current gets one from the runtime;
         # modelled pessimistically as device 0's, whatever cudaSetDevice said before
         # (code that names a device must make it current itself).
@@ -92,13 +102,16 @@ def make(ndev=2, device_bytes=1 << 30):
     rt.memoryTypeHost = 1
 
     def getDeviceCount():
+        state.initialised = True
         return ndev
 
     def getDevice():
+        state.initialised = True
         c = _current()
         return c if c is not None else getattr(state.tls, "dev", 0)
 
     def setDevice(d):
+        state.initialised = True
         if not 0 <= d < ndev:
             raise CUDARuntimeError(101, f"invalid device {d}")
         state.tls.dev = d
@@ -193,12 +206,17 @@ def make(ndev=2, device_bytes=1 << 30):
     drv = types.SimpleNamespace()
 
     def ctxGetCurrent():
+        if not state.initialised:
+            raise CUDADriverError(3, "CUDA_ERROR_NOT_INITIALIZED")
         c = _current()
         return 0 if c is None else 0x100 + c
 
     def ctxSetCurrent(ctx):
+        if not state.initialised:
+            raise CUDADriverError(3, "CUDA_ERROR_NOT_INITIALIZED")
         state.tls.ctx = None if ctx == 0 else ctx - 0x100
 
+    drv.CUDADriverError = CUDADriverError
     drv.ctxGetCurrent = ctxGetCurrent
     drv.ctxSetCurrent = ctxSetCurrent
 

@@ -35,6 +35,7 @@ from libc.string cimport memcpy
 from posix.unistd cimport getpid
 
 import os
+import sys
 import threading
 import warnings
 import weakref
@@ -77,7 +78,8 @@ _tls = threading.local()
 
 # The CUDA driver cannot be used in a child made by fork() once the parent has
 # initialised it (the child would get errors or hang). etptr notes when it
-# initialises CUDA; a child forked after that refuses every CUDA call and
+# initialises CUDA, and before a fork asks the driver whether CuPy has (when
+# CuPy is imported); a child forked after that refuses every CUDA call and
 # forgets, without freeing, what belonged to the parent's context.
 cdef bint _cuda_initialised = False   # by etptr, in this process or before the fork
 cdef bint _forked_after_init = False  # this process was forked after that
@@ -1233,7 +1235,26 @@ def _engine_stream(int dev):
         c_exit_device(dev, saved)
 
 
-# ------------------------------------------------------------------ fork handler
+# ------------------------------------------------------------------ fork handlers
+
+def _before_fork():
+    """os.register_at_fork(before=...): note CUDA initialised outside etptr (through CuPy).
+
+    Before cuInit every driver call returns CUDA_ERROR_NOT_INITIALIZED, so a
+    successful cuCtxGetCurrent (which initialises nothing) means the driver
+    is initialised in this process.
+    """
+    if _cuda_initialised:
+        return
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return
+    try:
+        cupy.cuda.driver.ctxGetCurrent()
+    except Exception:
+        return        # not initialised, or no usable driver
+    _note_init()
+
 
 def _after_fork_in_child():
     """os.register_at_fork(after_in_child=...): see "fork state" above.
@@ -1257,4 +1278,4 @@ def _after_fork_in_child():
         (<PinnedHostPool>pool).c_forget()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

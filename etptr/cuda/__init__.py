@@ -94,9 +94,11 @@ def _autoregister():
 
     Called once by the registry on the first lookup of ``DeviceType.CUDA``;
     does nothing, silently, without CuPy or a device, or when an allocator is
-    already registered.
+    already registered. In a child forked after CUDA was initialised it
+    registers one all the same: its methods raise InvalidStateError naming
+    fork, which says more than NotFoundError would.
     """
-    if not is_available():
+    if not is_available() and not _staging_module._cuda_forked():
         return
     from etptr._core._device_allocator import DeviceAllocatorRegistry
     from etptr._core._error import InvalidStateError

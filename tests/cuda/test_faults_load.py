@@ -452,6 +452,58 @@ FORK_BEFORE_CUDA = FORK_PRELUDE + """
 """
 
 
+FORK_AFTER_CUPY_USE = FORK_PRELUDE + """
+    # CUDA initialised by the user through CuPy, never by etptr, before the fork
+    if FAKE:
+        sys.modules["cupy"] = fake         # etptr imports the fake as CuPy
+    import cupy
+    assert cupy.cuda.runtime.getDeviceCount() >= 1
+    src = etptr.make_tensor_ptr(np.arange(1000.0))
+
+    def child():
+        try:
+            etptr.clone_tensor_ptr_to(src, "cuda")
+        except etptr.InvalidStateError as exc:
+            assert "fork" in str(exc) and "'spawn'" in str(exc), str(exc)
+        else:
+            raise AssertionError("a clone to CUDA worked in a child forked after CUDA init")
+        print("CHILD OK")
+        return 0
+
+    status = fork_and_wait(child)
+    assert status == 0, f"child exit status {status}"
+    d = etptr.clone_tensor_ptr_to(src, "cuda")
+    assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), np.arange(1000.0))
+    print("PARENT OK")
+"""
+
+FORK_AFTER_CUPY_IMPORT = FORK_PRELUDE + """
+    # CuPy imported, CUDA not initialised: the child may use CUDA
+    if FAKE:
+        sys.modules["cupy"] = fake
+    import cupy
+    try:
+        cupy.cuda.driver.ctxGetCurrent()      # initialises nothing
+        print("SKIP: importing CuPy initialised the CUDA driver here")
+        sys.exit(0)
+    except cupy.cuda.driver.CUDADriverError:
+        pass
+    a = np.arange(300_000, dtype=np.float64)
+    src = etptr.make_tensor_ptr(a)
+
+    def child():
+        d = etptr.clone_tensor_ptr_to(src, "cuda")
+        assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), a)
+        print("CHILD OK")
+        return 0
+
+    status = fork_and_wait(child)
+    assert status == 0, f"child exit status {status}"
+    d = etptr.clone_tensor_ptr_to(src, "cuda")
+    assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), a)
+    print("PARENT OK")
+"""
+
 FORK_CHILD_EXITS_NORMALLY = FORK_PRELUDE + """
     if FAKE:
         use_fake_cuda()
@@ -529,8 +581,8 @@ FORK_WHILE_THREADS_COPY = FORK_PRELUDE + """
 """
 
 
-def _run_fork_script(script):
-    out = run_isolated(script, timeout=180)
+def _run_fork_script(script, out=None):
+    out = run_isolated(script, timeout=180) if out is None else out
     report = f"stdout:\n{out.stdout}\nstderr:\n{out.stderr}"
     assert out.returncode == 0, report
     assert "CHILD OK" in out.stdout and "PARENT OK" in out.stdout, report
@@ -544,6 +596,17 @@ def test_fork_after_cuda_use_child_gets_clear_error():
 
 def test_fork_before_cuda_use_child_may_use_cuda():
     _run_fork_script(FORK_BEFORE_CUDA)
+
+
+def test_fork_after_cuda_use_through_cupy_child_gets_clear_error():
+    _run_fork_script(FORK_AFTER_CUPY_USE)
+
+
+def test_fork_after_cupy_import_alone_child_may_use_cuda():
+    out = run_isolated(FORK_AFTER_CUPY_IMPORT, timeout=180)
+    if out.returncode == 0 and "SKIP:" in out.stdout:
+        pytest.skip(out.stdout.strip())
+    _run_fork_script(FORK_AFTER_CUPY_IMPORT, out)
 
 
 def test_fork_after_cuda_use_child_exits_through_interpreter_shutdown():
