@@ -13,6 +13,13 @@ first import), per thread for a block (:func:`copy_config`), or per call
 The defaults (16 threads at most, 16 MiB slots, 3 slots, 256 KiB small-copy
 threshold) come from ``bench/sweep_copy.py`` on an H200 host (PCIe Gen5 x16);
 its output is ``bench/sweep_copy.txt``.
+
+Processes: CUDA does not survive ``os.fork()``. In a child forked after CUDA
+was initialised (by etptr, or by CuPy before the fork), every CUDA call
+through etptr raises :class:`~etptr.InvalidStateError` naming fork; start
+such workers with the 'spawn' start method. Tensors inherited from the parent
+are released there without calling CUDA, and host-only etptr works as usual.
+A child forked before CUDA was first used may use CUDA itself.
 """
 from contextlib import contextmanager
 
