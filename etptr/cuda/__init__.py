@@ -47,6 +47,7 @@ __all__ = [
     "is_available",
     "set_copy_config",
     "size_class",
+    "unavailable_reason",
 ]
 
 
@@ -57,17 +58,29 @@ def is_available():
     process created by ``os.fork()`` after CUDA was initialised (CUDA cannot
     be used there); asking initialises the CUDA driver, so fork before it.
     """
+    return unavailable_reason() is None
+
+
+def unavailable_reason():
+    """unavailable_reason() -> str | None
+
+    Why CUDA cannot be used through etptr here (CuPy missing, no device, no
+    driver, a forked child), or None when it can. Like :func:`is_available`,
+    asking initialises the CUDA driver.
+    """
     if _staging_module._cuda_forked():
-        return False
+        return "CUDA was initialised before this process was forked; use the 'spawn' start method"
     try:
         import cupy
-    except Exception:
-        return False
+    except Exception as exc:
+        return (f"CuPy is not importable ({type(exc).__name__}: {exc}); "
+                f"pip install 'etptr[cuda13]' or 'etptr[cuda12]'")
     _staging_module._note_cuda_init()     # getDeviceCount initialises the driver
     try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return f"CuPy finds no usable CUDA device ({exc})"
+    return None if n > 0 else "CuPy finds no CUDA device"
 
 
 @contextmanager
