@@ -32,6 +32,28 @@ def upload_seconds(tensor, device, repeats):
     return statistics.median(times)
 
 
+def raw_pinned_seconds(cupy, nbytes, devices, repeats):
+    """Median wall time of one cudaMemcpyAsync of ``nbytes`` from page-locked host memory
+    to each of ``devices`` at once (each on its own stream): the links' ceiling."""
+    bufs = []
+    for d in devices:
+        with cupy.cuda.Device(d):
+            host = cupy.cuda.alloc_pinned_memory(nbytes)
+            dev = cupy.cuda.alloc(nbytes)
+            bufs.append((d, host, dev, cupy.cuda.Stream(non_blocking=True)))
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        for d, host, dev, stream in bufs:
+            with cupy.cuda.Device(d):
+                cupy.cuda.runtime.memcpyAsync(dev.ptr, host.ptr, nbytes, 1, stream.ptr)
+        for d, _host, _dev, stream in bufs:
+            with cupy.cuda.Device(d):
+                stream.synchronize()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size-mib", type=int, default=1024, help="bytes per upload, in MiB")
@@ -69,6 +91,8 @@ def main(argv=None):
         t.join()
     wall = time.perf_counter() - start
 
+    raw_one = nbytes / raw_pinned_seconds(cupy, nbytes, [0], args.repeats) / 1e9
+    raw_two = 2 * nbytes / raw_pinned_seconds(cupy, nbytes, [0, 1], args.repeats) / 1e9
     one_gbps = nbytes / one / 1e9
     both_gbps = 2 * nbytes * args.repeats / wall / 1e9
     cfg = etptr.cuda.get_copy_config()
@@ -78,6 +102,9 @@ def main(argv=None):
           + ", ".join(f"cuda:{i} {nbytes / results[i] / 1e9:.1f} GB/s" for i in range(2)))
     print(f"  two GPUs together (aggregate)   : {both_gbps:6.1f} GB/s")
     print(f"  aggregate / one GPU             : {both_gbps / one_gbps:6.2f}x")
+    print(f"  raw pinned DMA, cuda:0 alone    : {raw_one:6.1f} GB/s")
+    print(f"  raw pinned DMA, both at once    : {raw_two:6.1f} GB/s aggregate "
+          f"({raw_two / raw_one:.2f}x one GPU: the ceiling of the links and host)")
     return 0
 
 

@@ -345,3 +345,35 @@ def test_lookup_accepts_device_spellings(host_alloc):
         assert etptr.get_device_allocator(spelling) is host_alloc
         assert etptr.DeviceAllocatorRegistry.instance().get_allocator(spelling) is host_alloc
     assert etptr.get_device_allocator("cpu") is None
+
+
+def test_first_lookups_from_many_threads_wait_for_the_builtin_registration(monkeypatch):
+    # Regression: while one thread registered the built-in CUDA allocator, the other
+    # first lookups saw "already tried" and got None (NotFoundError in a clone).
+    import threading
+    import time
+
+    import etptr.cuda
+    from etptr._core import _device_allocator as da
+
+    installed = HostDeviceAllocator(DeviceType.CUDA)
+
+    def slow_autoregister():
+        time.sleep(0.2)
+        etptr.register_device_allocator(installed)
+
+    prev = da._replace_allocator(DeviceType.CUDA, None)
+    monkeypatch.setattr(etptr.cuda, "_autoregister", slow_autoregister)
+    da._forget_autoload(DeviceType.CUDA)
+    seen = []
+    try:
+        threads = [threading.Thread(target=lambda: seen.append(
+            etptr.get_device_allocator(DeviceType.CUDA))) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        da._replace_allocator(DeviceType.CUDA, prev)
+    assert len(seen) == 8
+    assert all(a is installed for a in seen), seen

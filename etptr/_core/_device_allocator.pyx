@@ -6,6 +6,8 @@ by tensors that live on (or are cloned to) that device type.
 """
 cimport cython
 
+import threading
+
 from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
 from etptr._core._error import Error
@@ -126,7 +128,8 @@ cdef class DeviceAllocator:
 
 cdef cython.pymutex _lock
 cdef dict _allocators = {}
-cdef set _autoload_tried = set()
+cdef set _autoload_tried = set()       # device types whose built-in allocator was tried
+cdef object _autoload_lock = threading.RLock()
 
 
 cdef object _device_type_of(object alloc):
@@ -160,9 +163,6 @@ cdef int _device_type_arg(object device_type) except -1:
 
 cdef _autoload(int device_type):
     """Let a built-in allocator register itself on first lookup (CUDA through CuPy)."""
-    if device_type in _autoload_tried:
-        return
-    _autoload_tried.add(device_type)
     if device_type == 1:
         try:
             from etptr.cuda import _autoregister
@@ -176,10 +176,24 @@ cpdef object c_get_allocator(int device_type):
     with _lock:
         found = _allocators.get(device_type)
     if found is None and device_type not in _autoload_tried:
-        _autoload(device_type)  # user code: never under the lock
+        # The first lookups of a device type wait for the one that registers the
+        # built-in allocator, so that none of them sees "no allocator" meanwhile.
+        # A threading lock (it releases the GIL while it waits), never the
+        # registry's own lock: registration takes that one.
+        with _autoload_lock:
+            if device_type not in _autoload_tried:
+                try:
+                    _autoload(device_type)
+                finally:
+                    _autoload_tried.add(device_type)
         with _lock:
             found = _allocators.get(device_type)
     return found
+
+
+def _forget_autoload(device_type):
+    """Let the next lookup of ``device_type`` try its built-in allocator again. For tests."""
+    _autoload_tried.discard(int(device_type))
 
 
 def _replace_allocator(device_type, alloc):
