@@ -76,3 +76,23 @@ def test_quickstart_runs(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "devices:" in proc.stdout
+
+
+def _readme_example():
+    """The README's "A short example" code block."""
+    import re
+    text = (HERE.parent / "README.md").read_text()
+    match = re.search(r"## A short example\n\n```python\n(.*?)```", text, re.S)
+    assert match, "README.md has no short example"
+    return match.group(1)
+
+
+def test_readme_example_is_strictly_typed_and_runs(tmp_path):
+    example = tmp_path / "readme_example.py"
+    example.write_text(_readme_example())
+    rc, out = _run(["mypy", "--strict", str(example)], tmp_path)
+    assert rc == 0, out
+    proc = subprocess.run([sys.executable, str(example)], cwd=tmp_path, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("(2, 6) Half (2, 10) (10, 1)"), proc.stdout

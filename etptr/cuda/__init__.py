@@ -71,7 +71,7 @@ def unavailable_reason():
     if _staging_module._cuda_forked():
         return "CUDA was initialised before this process was forked; use the 'spawn' start method"
     try:
-        import cupy
+        import cupy  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except Exception as exc:
         return (f"CuPy is not importable ({type(exc).__name__}: {exc}); "
                 f"pip install 'etptr[cuda13]' or 'etptr[cuda12]'")
