@@ -1,14 +1,21 @@
-from typing import Any, TypedDict
+"""Type stubs for etptr._core._staging: the pinned host pool and the copy engine."""
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, Final, TypedDict, final
 
-DEFAULT_MAX_CACHED_BYTES: int
+DEFAULT_MAX_CACHED_BYTES: Final[int]
 
 class CopyConfigDict(TypedDict):
+    """The copy engine's settings, as :func:`get_copy_config` returns them."""
+
     threads: int
     slot_bytes: int
     slots: int
     small_copy_bytes: int
 
 class PoolStats(TypedDict):
+    """:meth:`PinnedHostPool.stats`: bytes, except the counts."""
+
     in_use_bytes: int
     requested_bytes: int
     cached_bytes: int
@@ -22,7 +29,9 @@ class PoolStats(TypedDict):
     blocks_in_use: int
     blocks_cached: int
 
+@final
 class PinnedBlock:
+    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
     @property
     def ptr(self) -> int: ...
     @property
@@ -30,8 +39,10 @@ class PinnedBlock:
     @property
     def capacity(self) -> int: ...
     def __len__(self) -> int: ...
+    # the buffer protocol (a Python-level __buffer__ exists at runtime from Python 3.12)
     def __buffer__(self, flags: int, /) -> memoryview: ...
 
+@final
 class PinnedHostPool:
     def __init__(self, max_cached_bytes: int = ...) -> None: ...
     def malloc(self, nbytes: int, device: int = -1) -> PinnedBlock: ...
@@ -45,14 +56,23 @@ class PinnedHostPool:
 
 def size_class(nbytes: int) -> int: ...
 def get_pinned_host_pool() -> PinnedHostPool: ...
-def set_copy_config(*, threads: int | None = None, slot_bytes: int | None = None,
-                    slots: int | None = None, small_copy_bytes: int | None = None) -> None: ...
+def set_copy_config(
+    *,
+    threads: int | None = None,
+    slot_bytes: int | None = None,
+    slots: int | None = None,
+    small_copy_bytes: int | None = None,
+) -> None: ...
 def get_copy_config() -> CopyConfigDict: ...
-def _push_config(threads: int | None = None, slot_bytes: int | None = None,
-                 slots: int | None = None, small_copy_bytes: int | None = None) -> None: ...
+def _push_config(
+    threads: int | None = None,
+    slot_bytes: int | None = None,
+    slots: int | None = None,
+    small_copy_bytes: int | None = None,
+) -> None: ...
 def _pop_config() -> None: ...
-def _set_backend(module: Any) -> None: ...
-def _set_chunk_hook(hook: Any) -> None: ...
+def _set_backend(module: ModuleType | None) -> None: ...
+def _set_chunk_hook(hook: Callable[[str, int], object] | None) -> None: ...
 def _set_small_mode(mode: int) -> None: ...
 def _host_copy(dst: int, src: int, nbytes: int, threads: int) -> None: ...
 def _engine_stream(dev: int) -> int: ...
