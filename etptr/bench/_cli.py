@@ -121,14 +121,14 @@ def _check_args(parser, args):
     if args.sweep and args.line_rate_size != 256 * MiB:
         parser.error("--line-rate-size applies to checkpoint mode; the sweep measures the line "
                      "rate at every size")
-    if args.plot and importlib.util.find_spec("matplotlib") is None:
-        parser.error("--plot needs matplotlib, which is not installed")
     if not args.sweep:
         given = [o for o, v in (("--quick", args.quick), ("--plot", args.plot),
                                 ("--max-size", args.max_size != 1 * GiB)) if v]
         if given:
             parser.error(f"{', '.join(given)} "
                          f"{'applies' if len(given) == 1 else 'apply'} only with --sweep")
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        parser.error("--plot needs matplotlib, which is not installed")
 
 
 def _environment(env) -> dict:
