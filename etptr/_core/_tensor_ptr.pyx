@@ -813,7 +813,7 @@ cdef TensorPtr _from_bytes(object sizes, bytes data, object dim_order, object st
 
 cdef int _array_type(cnp.ndarray arr) except -1:
     cdef int num = cnp.PyArray_TYPE(arr)
-    if 0 <= num < 64 and _NPY_TO_ST[num] >= 0 and arr.dtype.isnative:
+    if 0 <= num < 64 and _NPY_TO_ST[num] >= 0 and cnp.PyArray_ISNOTSWAPPED(arr):
         return _NPY_TO_ST[num]
     from etptr._core._scalar_type import scalar_type_from_numpy
     return scalar_type_from_numpy(arr.dtype)
@@ -1038,7 +1038,7 @@ def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=Non
         # device: omitted or None inherits the source's; anything else relabels
         return _view(<TensorPtr>sizes, None if data is _MISSING else data, dim_order, strides,
                      deleter, None if device is _MISSING else device)
-    dev = c_device("cpu" if device is _MISSING else device, "device")
+    dev = _CPU if device is _MISSING else c_device(device, "device")
     if data is _MISSING:
         # short forms: the first argument is the data
         data = sizes
