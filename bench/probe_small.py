@@ -41,6 +41,7 @@ def main(argv):
     import etptr
     import etptr.cuda
     from etptr._core import _staging
+    DEFAULT_SMALL_MODE = _staging._get_small_mode()
 
     rt = cupy.cuda.runtime
     drv = cupy.cuda.driver
@@ -84,7 +85,7 @@ def main(argv):
             lambda m=mode: (_staging._set_small_mode(m), alloc.copy_host_to_device(d, g, 4, 0)))
     for k, f in pieces.items():
         say(f"{k:40s} {med_us(f):7.2f}")
-    _staging._set_small_mode(0)
+    _staging._set_small_mode(DEFAULT_SMALL_MODE)
 
     say("\n## 4-byte clones (us)")
     four = etptr.make_tensor_ptr(np.ones(1, np.float32))
@@ -105,7 +106,7 @@ def main(argv):
         down = med_us(lambda: etptr.clone_tensor_ptr_to(four_d, "cpu"))
         say(f"mode {mode}: up {up:.2f} ({up / base_up:.2f}x asarray)  "
             f"down {down:.2f} ({down / base_down:.2f}x get)")
-    _staging._set_small_mode(0)
+    _staging._set_small_mode(DEFAULT_SMALL_MODE)
 
     say("\n## 256 MiB uploads by how the source was filled (GB/s, median of 5, 3 rounds)")
     n = 256 << 20

@@ -55,6 +55,7 @@ def main(argv):
     import etptr
     import etptr.cuda
     from etptr._core import _staging
+    DEFAULT_SMALL_MODE = _staging._get_small_mode()
 
     rt = cupy.cuda.runtime
     dev = cupy.cuda.Device(0)
@@ -187,7 +188,7 @@ def main(argv):
             try:
                 direct()
             finally:
-                _staging._set_small_mode(0)
+                _staging._set_small_mode(DEFAULT_SMALL_MODE)
 
         a, b, c = (median_time(f, 50 if n <= MiB else 20, warmup=3) * 1e6
                    for f in (direct, piped, blocked))
@@ -216,7 +217,7 @@ def main(argv):
         try:
             etptr.clone_tensor_ptr_to(four, "cuda")
         finally:
-            _staging._set_small_mode(0)
+            _staging._set_small_mode(DEFAULT_SMALL_MODE)
 
     def c_up():
         cupy.asarray(four_np)

@@ -946,15 +946,21 @@ def _host_copy(dst, src, nbytes, threads):
 # ------------------------------------------------------------------ the engine
 
 cdef object _chunk_hook = None   # tests: called as hook(direction, chunk index) after each chunk
-cdef int _small_mode = 0
+cdef int _small_mode = 2
 # small synchronous copies: 0: cudaMemcpyAsync on the copy stream + wait; 1: through a pool
-# block; 2: cudaMemcpy when the caller's stream is the legacy default stream (else as 0)
+# block; 2 (the default, fastest in bench/probe_small.txt): cudaMemcpy when the caller's
+# stream is the legacy default stream, which orders it after the caller's work (else as 0)
 
 
 def _set_chunk_hook(hook):
     """Call ``hook(direction, i)`` after each pipelined chunk (None: stop). For tests."""
     global _chunk_hook
     _chunk_hook = hook
+
+
+def _get_small_mode():
+    """The small-copy path in use (see ``_small_mode``). For measurements."""
+    return _small_mode
 
 
 def _set_small_mode(int mode):
