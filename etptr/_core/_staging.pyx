@@ -946,10 +946,11 @@ def _host_copy(dst, src, nbytes, threads):
 # ------------------------------------------------------------------ the engine
 
 cdef object _chunk_hook = None   # tests: called as hook(direction, chunk index) after each chunk
-cdef int _small_mode = 2
-# small synchronous copies: 0: cudaMemcpyAsync on the copy stream + wait; 1: through a pool
-# block; 2 (the default, fastest in bench/probe_small.txt): cudaMemcpy when the caller's
-# stream is the legacy default stream, which orders it after the caller's work (else as 0)
+cdef int _small_mode = 0
+# small synchronous copies: 0 (the default): cudaMemcpyAsync on the copy stream + wait;
+# 1: through a pool block; 2: cudaMemcpy when the caller's stream is the legacy default
+# stream, which orders it after the caller's work (else as 0). bench/probe_small.txt and
+# bench/results/h200x2_probe_small.txt compare them: no mode wins on every machine.
 
 
 def _set_chunk_hook(hook):
