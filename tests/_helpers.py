@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+
 import etptr
 from etptr import DeviceType
 
@@ -100,3 +102,14 @@ def run_isolated(code, timeout=60):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=timeout,
                           cwd=ETPTR_PARENT, env=env)
+
+
+# Every scalar type NumPy has that ExecuTorch has too, as (NumPy type, ScalarType).
+NUMPY_TYPES = [
+    (np.uint8, etptr.ScalarType.Byte), (np.int8, etptr.ScalarType.Char), (np.int16, etptr.ScalarType.Short),
+    (np.int32, etptr.ScalarType.Int), (np.int64, etptr.ScalarType.Long), (np.float16, etptr.ScalarType.Half),
+    (np.float32, etptr.ScalarType.Float), (np.float64, etptr.ScalarType.Double),
+    (np.complex64, etptr.ScalarType.ComplexFloat), (np.complex128, etptr.ScalarType.ComplexDouble),
+    (np.bool_, etptr.ScalarType.Bool), (np.uint16, etptr.ScalarType.UInt16),
+    (np.uint32, etptr.ScalarType.UInt32), (np.uint64, etptr.ScalarType.UInt64),
+]

@@ -18,16 +18,9 @@ from etptr import ScalarType
 from etptr.testing import HostDeviceAllocator, use_allocator
 
 from _dlpack_ctypes import HandMadeProducer, host_buffer
+from _helpers import NUMPY_TYPES
 
-# Every scalar type NumPy has that ExecuTorch has too.
-NUMPY_TYPES = [
-    (np.uint8, ScalarType.Byte), (np.int8, ScalarType.Char), (np.int16, ScalarType.Short),
-    (np.int32, ScalarType.Int), (np.int64, ScalarType.Long), (np.float16, ScalarType.Half),
-    (np.float32, ScalarType.Float), (np.float64, ScalarType.Double),
-    (np.complex64, ScalarType.ComplexFloat), (np.complex128, ScalarType.ComplexDouble),
-    (np.bool_, ScalarType.Bool), (np.uint16, ScalarType.UInt16),
-    (np.uint32, ScalarType.UInt32), (np.uint64, ScalarType.UInt64),
-]
+# NUMPY_TYPES (from _helpers): every scalar type NumPy has that ExecuTorch has too.
 # ...and the ones ml_dtypes adds.
 ML_TYPES = [
     (ml_dtypes.bfloat16, ScalarType.BFloat16),

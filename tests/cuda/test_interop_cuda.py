@@ -14,16 +14,10 @@ import etptr
 from etptr import ScalarType
 from etptr.testing import use_allocator
 
+from _helpers import NUMPY_TYPES
+
 pytestmark = pytest.mark.cuda
 
-NUMPY_TYPES = [
-    (np.uint8, ScalarType.Byte), (np.int8, ScalarType.Char), (np.int16, ScalarType.Short),
-    (np.int32, ScalarType.Int), (np.int64, ScalarType.Long), (np.float16, ScalarType.Half),
-    (np.float32, ScalarType.Float), (np.float64, ScalarType.Double),
-    (np.complex64, ScalarType.ComplexFloat), (np.complex128, ScalarType.ComplexDouble),
-    (np.bool_, ScalarType.Bool), (np.uint16, ScalarType.UInt16),
-    (np.uint32, ScalarType.UInt32), (np.uint64, ScalarType.UInt64),
-]
 
 
 def _cupy():
