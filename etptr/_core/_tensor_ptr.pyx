@@ -16,7 +16,6 @@ from cpython.number cimport PyNumber_Index
 from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uintptr_t
 from libc.string cimport memcpy, memset
 
-import numbers
 import warnings
 from collections.abc import Mapping
 
@@ -819,7 +818,7 @@ cdef int _array_type(cnp.ndarray arr) except -1:
     return scalar_type_from_numpy(arr.dtype)
 
 
-cdef TensorPtr _alias_ndarray(cnp.ndarray arr, int dynamism, object deleter):
+cdef TensorPtr _alias_ndarray(cnp.ndarray arr, int dynamism):
     """make_tensor_ptr(ndarray): alias the array with its own shape and strides."""
     cdef Metadata m = Metadata.__new__(Metadata)
     cdef int ndim = cnp.PyArray_NDIM(arr), i
@@ -855,7 +854,6 @@ cdef TensorPtr _alias_ndarray(cnp.ndarray arr, int dynamism, object deleter):
     t = c_new_tensor(m, type, dynamism, _CPU)
     c_set_data(t, <int64_t><uintptr_t>cnp.PyArray_DATA(arr), arr,
                not cnp.PyArray_ISWRITEABLE(arr))
-    t.c_deleter = deleter
     return t
 
 
@@ -1053,7 +1051,7 @@ def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=Non
                 raise_error(Error.InvalidArgument,
                             f"device={dev}: make_tensor_ptr(ndarray) aliases host memory; copy "
                             f"it with etptr.clone_tensor_ptr_to(tensor, '{dev}')")
-            return _alias_ndarray(<cnp.ndarray>data, dyn, None)
+            return _alias_ndarray(<cnp.ndarray>data, dyn)
         if isinstance(data, (list, tuple)):
             _no_deleter(deleter)
             return _place(_from_values(None, data, dim_order, strides, type, dyn), dev)

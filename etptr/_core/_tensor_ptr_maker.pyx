@@ -175,7 +175,7 @@ cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object f
     return c_clone_tensor_ptr_to(t, device, None, True)
 
 
-cdef object _fill_value(object value, int type, str argname):
+cdef object _fill_value(object value, str argname):
     # ExecuTorch's Scalar: a bool, an int64 or a double
     if isinstance(value, (bool, float, np.bool_, np.floating)):
         return value
@@ -309,7 +309,7 @@ def full_strided(sizes, strides, fill_value, type=6, dynamism=_BOUND, *, device=
 
     :func:`full` with the layout ``strides`` (in elements) describe (ExecuTorch ``full_strided``).
     """
-    value = _fill_value(fill_value, 0, "fill_value")
+    value = _fill_value(fill_value, "fill_value")
     return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
                    c_device(device, "device"), _fill_with(value), pinned)
 
@@ -322,7 +322,7 @@ def full_like(other, fill_value, type=None, dynamism=_BOUND, *, device=None, pin
     default to ``other``'s (ExecuTorch ``full_like``).
     """
     cdef TensorPtr o = c_tensor_arg(other, "other")
-    value = _fill_value(fill_value, 0, "fill_value")
+    value = _fill_value(fill_value, "fill_value")
     return _filled(_like_meta(o), c_type_arg(type, o.c_type),
                    c_dynamism_arg(dynamism),
                    o.c_device if device is None else c_device(device, "device"),
