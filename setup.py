@@ -21,8 +21,8 @@ if os.environ.get("ETPTR_COVERAGE") == "1":
     DIRECTIVES["linetrace"] = True
     MACROS.append(("CYTHON_TRACE_NOGIL", "1"))
 
-# Modules whose copy loops run on several threads are compiled with OpenMP.
-OPENMP = {"etptr._core._staging"}
+# The copy engine starts its own threads (pthreads) and finds libcuda with dlopen.
+THREADED = {"etptr._core._staging"}
 
 
 def extensions():
@@ -32,15 +32,18 @@ def extensions():
         name = ".".join(rel.with_suffix("").parts)
         flags = ["-O3"]
         link = []
-        if name in OPENMP:
-            flags.append("-fopenmp")
-            link.append("-fopenmp")
+        libs = []
+        if name in THREADED:
+            flags.append("-pthread")
+            link.append("-pthread")
+            libs.append("dl")
         exts.append(Extension(
             name, [str(rel)],
             include_dirs=[numpy.get_include()],
             define_macros=MACROS,
             extra_compile_args=flags,
             extra_link_args=link,
+            libraries=libs,
         ))
     return exts
 

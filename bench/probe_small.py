@@ -5,8 +5,8 @@
 Times (median, microseconds) the CUDA primitives a 4-byte copy can use
 (cudaMemcpyAsync + cudaStreamSynchronize on a blocking stream, on the legacy
 stream, cudaMemcpy), the pieces of an etptr clone (pool block, device
-allocation, one copy call), and whole 4-byte clones for each small-copy path
-next to cupy.asarray / ndarray.get. Then 256 MiB uploads from host arrays
+allocation, one copy call), and whole 4-byte clones next to cupy.asarray /
+ndarray.get. Then 256 MiB uploads from host arrays
 filled in different ways, alternated, to see whether the source's history
 changes the rate. bench/probe_small.txt keeps a run.
 """
@@ -41,7 +41,7 @@ def main(argv):
     import etptr
     import etptr.cuda
     from etptr._core import _staging
-    DEFAULT_SMALL_MODE = _staging._get_small_mode()
+    say(f"copy engine's CUDA calls: {_staging._driver_calls()}")
 
     rt = cupy.cuda.runtime
     drv = cupy.cuda.driver
@@ -78,14 +78,11 @@ def main(argv):
         "pool.malloc(4) + free": lambda: pool.malloc(4, 0),
         "allocate(4) + deallocate": lambda: alloc.deallocate(alloc.allocate(4, 0), 0),
     }
-    for mode in (0, 1, 2):
-        pieces[f"copy_device_to_host pinned mode {mode}"] = (
-            lambda m=mode: (_staging._set_small_mode(m), alloc.copy_device_to_host(p, d, 4, 0)))
-        pieces[f"copy_host_to_device pageable mode {mode}"] = (
-            lambda m=mode: (_staging._set_small_mode(m), alloc.copy_host_to_device(d, g, 4, 0)))
+    pieces["copy_device_to_host pinned"] = lambda: alloc.copy_device_to_host(p, d, 4, 0)
+    pieces["copy_device_to_host pageable"] = lambda: alloc.copy_device_to_host(g, d, 4, 0)
+    pieces["copy_host_to_device pageable"] = lambda: alloc.copy_host_to_device(d, g, 4, 0)
     for k, f in pieces.items():
         say(f"{k:40s} {med_us(f):7.2f}")
-    _staging._set_small_mode(DEFAULT_SMALL_MODE)
 
     say("\n## 4-byte clones (us)")
     four = etptr.make_tensor_ptr(np.ones(1, np.float32))
@@ -100,13 +97,10 @@ def main(argv):
     base_up = med_us(c_up)
     base_down = med_us(four_c.get)
     say(f"cupy.asarray+sync {base_up:.2f}  ndarray.get {base_down:.2f}")
-    for mode in (0, 1, 2):
-        _staging._set_small_mode(mode)
-        up = med_us(lambda: etptr.clone_tensor_ptr_to(four, "cuda"))
-        down = med_us(lambda: etptr.clone_tensor_ptr_to(four_d, "cpu"))
-        say(f"mode {mode}: up {up:.2f} ({up / base_up:.2f}x asarray)  "
-            f"down {down:.2f} ({down / base_down:.2f}x get)")
-    _staging._set_small_mode(DEFAULT_SMALL_MODE)
+    up = med_us(lambda: etptr.clone_tensor_ptr_to(four, "cuda"))
+    down = med_us(lambda: etptr.clone_tensor_ptr_to(four_d, "cpu"))
+    say(f"etptr: up {up:.2f} ({up / base_up:.2f}x asarray)  "
+        f"down {down:.2f} ({down / base_down:.2f}x get)")
 
     say("\n## 256 MiB uploads by how the source was filled (GB/s, median of 5, 3 rounds)")
     n = 256 << 20

@@ -55,14 +55,14 @@ def main(argv):
     import etptr
     import etptr.cuda
     from etptr._core import _staging
-    DEFAULT_SMALL_MODE = _staging._get_small_mode()
 
     rt = cupy.cuda.runtime
     dev = cupy.cuda.Device(0)
     dev.use()
     props = rt.getDeviceProperties(0)
     say(f"# etptr copy sweep on {props['name'].decode()} ({rt.getDeviceCount()} device(s)), "
-        f"{_staging._cpu_count()} CPUs, CuPy {cupy.__version__}")
+        f"{_staging._cpu_count()} CPUs, CuPy {cupy.__version__}, "
+        f"CUDA calls: {_staging._driver_calls()}")
 
     alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
     pool = etptr.cuda.get_pinned_host_pool()
@@ -170,7 +170,7 @@ def main(argv):
     etptr.cuda.set_copy_config(threads=T, slot_bytes=S * MiB, slots=K)
 
     # ------------------------------------------------------------ small-copy crossover
-    say("\n## small copies: direct cudaMemcpyAsync vs pipeline vs via pool block (us, H2D clone)")
+    say("\n## small copies: direct cudaMemcpyAsync vs pipeline (us, H2D clone)")
     crossover = 0
     for n in (4 * 1024, 64 * 1024, 256 * 1024, 512 * 1024, MiB, 2 * MiB, 4 * MiB, 8 * MiB):
         t = etptr.make_tensor_ptr(np.ones(n, np.uint8))
@@ -183,18 +183,10 @@ def main(argv):
             with etptr.cuda.copy_config(small_copy_bytes=0):
                 etptr.clone_tensor_ptr_to(t, "cuda")
 
-        def blocked():
-            _staging._set_small_mode(1)
-            try:
-                direct()
-            finally:
-                _staging._set_small_mode(DEFAULT_SMALL_MODE)
-
-        a, b, c = (median_time(f, 50 if n <= MiB else 20, warmup=3) * 1e6
-                   for f in (direct, piped, blocked))
+        a, b = (median_time(f, 50 if n <= MiB else 20, warmup=3) * 1e6 for f in (direct, piped))
         if a <= b:
             crossover = n
-        say(f"{n // 1024:6d} KiB  direct={a:8.1f}  pipeline={b:8.1f}  via-block={c:8.1f}")
+        say(f"{n // 1024:6d} KiB  direct={a:8.1f}  pipeline={b:8.1f}")
     say(f"chosen small_copy_bytes={crossover} (largest size where direct <= pipeline)")
     small = max(crossover, 64 * 1024)
     etptr.cuda.set_copy_config(small_copy_bytes=small)
@@ -212,13 +204,6 @@ def main(argv):
     def down():
         etptr.clone_tensor_ptr_to(four_d, "cpu")
 
-    def up_block():
-        _staging._set_small_mode(1)
-        try:
-            etptr.clone_tensor_ptr_to(four, "cuda")
-        finally:
-            _staging._set_small_mode(DEFAULT_SMALL_MODE)
-
     def c_up():
         cupy.asarray(four_np)
         cupy.cuda.get_current_stream().synchronize()
@@ -227,7 +212,7 @@ def main(argv):
         four_c.get()
 
     tiny = {k: median_time(f, 2000, warmup=50) * 1e6 for k, f in
-            [("etptr_up", up), ("etptr_up_via_block", up_block), ("cupy_asarray", c_up),
+            [("etptr_up", up), ("cupy_asarray", c_up),
              ("etptr_down", down), ("cupy_get", c_down)]}
     say("  ".join(f"{k}={v:.1f}" for k, v in tiny.items()))
 

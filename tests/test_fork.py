@@ -43,9 +43,9 @@ FORK = """
 """
 
 
-def test_threaded_host_copy_in_child_after_parent_used_openmp():
-    # libgomp keeps a pool of threads that a forked child does not have: a
-    # parallel copy there must fall back to one thread instead of waiting forever.
+def test_threaded_host_copy_in_child_after_parent_used_copy_threads():
+    # The parent's copy threads do not exist in a forked child: the child must
+    # start its own (not wait forever for the parent's), and the parent keeps its own.
     out = run_isolated(FORK + """
     import numpy as np
     from etptr._core import _staging
@@ -53,11 +53,15 @@ def test_threaded_host_copy_in_child_after_parent_used_openmp():
     b = np.zeros_like(a)
     _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)
     assert np.array_equal(a, b)
+    parent_workers = _staging._copy_threads()["workers"]
+    assert parent_workers >= 3, _staging._copy_threads()
 
     def child():
+        assert _staging._copy_threads()["workers"] == 0, _staging._copy_threads()
         c = np.zeros_like(a)
         _staging._host_copy(c.ctypes.data, a.ctypes.data, a.nbytes, 4)
         assert np.array_equal(a, c)
+        assert _staging._copy_threads()["workers"] >= 3, _staging._copy_threads()
         print("CHILD OK")
         return 0
 
@@ -66,6 +70,7 @@ def test_threaded_host_copy_in_child_after_parent_used_openmp():
     b[:] = 0
     _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)   # the parent still uses threads
     assert np.array_equal(a, b)
+    assert _staging._copy_threads()["workers"] == parent_workers
     print("PARENT OK")
     """, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr

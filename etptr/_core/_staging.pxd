@@ -72,5 +72,12 @@ cdef int c_copy_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, objec
 cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
                     CopyConfig* cfg) except -1
 cdef intptr_t c_stream_handle(object stream) except? -1
-cdef int c_enter_device(int dev, int* saved) except -1
-cdef int c_exit_device(int dev, int* saved) except -1
+cdef struct DeviceGuard:
+    void* prev                # the context current before c_enter_device (may be NULL)
+    bint switched             # c_enter_device made another one current
+
+
+cdef int c_enter_device(int dev, DeviceGuard* guard) except -1
+cdef int c_exit_device(DeviceGuard* guard) except -1
+cdef int c_current_device() except -1
+cdef int c_cuda_failed(int rc, str what) except -1

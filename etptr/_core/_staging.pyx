@@ -8,15 +8,19 @@ Two parts, both used by :class:`etptr.cuda.CudaAllocator`:
   CUDA events that keep a block out of reuse while a copy touching it may
   still run.
 * The copy engine. Host -> device from pageable memory goes in chunks through
-  K pinned slots of S bytes: T OpenMP threads copy chunk i+1 into its slot,
-  without the GIL, while the DMA of chunk i runs on the device's copy stream.
-  A page-locked source goes up in one DMA; small copies take the shortest
-  path. Device -> host into page-locked memory is one DMA; into pageable
-  memory it is staged in reverse.
+  K pinned slots of S bytes: T threads (the caller and a pool of worker
+  threads) copy chunk i+1 into its slot, without the GIL, while the DMA of
+  chunk i runs on the device's copy stream. A page-locked source goes up in
+  one DMA; small copies take the shortest path (one cudaMemcpyAsync).
+  Device -> host into page-locked memory is one DMA; into pageable memory it
+  is staged in reverse.
 
 CuPy is imported on first use, at Python level: building etptr never needs it.
-Every CUDA call runs with its device current, and the previous state is
-restored afterwards (no context is created on a device the caller did not name).
+The calls made per copy and per chunk go to the CUDA driver (libcuda, which
+CuPy loads) through C function pointers, without the GIL; pinning memory and
+creating streams and events go through CuPy. Every CUDA call runs with its
+device's primary context current, and the caller's context is restored
+afterwards (no context is created on a device the caller did not name).
 
 Fork: the CUDA driver cannot be used in a child made by ``os.fork()`` once
 the parent has initialised it. In such a child every CUDA entry point of
@@ -26,7 +30,7 @@ memory are forgotten without a CUDA call: they belong to the parent's
 context. A child forked before CUDA was first used may use CUDA itself.
 """
 cimport cython
-from cython.parallel cimport prange
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlopen, dlsym
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport Py_INCREF
@@ -84,9 +88,6 @@ _tls = threading.local()
 cdef bint _cuda_initialised = False   # by etptr, in this process or before the fork
 cdef bint _forked_after_init = False  # this process was forked after that
 cdef long _init_pid = 0               # the process that initialised CUDA
-cdef int _omp_started = 0             # an OpenMP team has run here
-cdef int _omp_forked = 0              # forked after that: copy on one thread (libgomp is
-                                      # not fork-safe; its pool of threads is gone here)
 
 
 cdef void _note_init() noexcept:
@@ -133,7 +134,7 @@ cdef inline void _keep_forever(object obj) noexcept:
 # ------------------------------------------------------------------ CuPy, lazily
 
 cdef object _cp = None      # the cupy module (or a stand-in set by _set_backend)
-cdef object _rt = None      # its cuda.runtime
+cdef object _rt = None      # its cuda.runtime: allocation, streams and events (rare calls)
 cdef object _drv = None     # its cuda.driver
 cdef object _CudaError = None
 cdef object _current_stream = None   # cupy.cuda.get_current_stream
@@ -141,7 +142,6 @@ cdef object _current_stream = None   # cupy.cuda.get_current_stream
 
 cdef object c_cupy():
     """The CuPy module, imported on first use; NotSupportedError without it."""
-    global _cp, _rt, _drv, _CudaError
     c_check_usable("CUDA")
     if _cp is None:
         try:
@@ -158,8 +158,10 @@ def _set_backend(module):
     global _cp, _rt, _drv, _CudaError, _current_stream
     with _engines_lock:
         _engines.clear()
+    _forget_contexts()
     if module is None:
         _cp = _rt = _drv = _CudaError = _current_stream = None
+        _use_python_calls()
         return
     _note_init()      # getDeviceCount below initialises the driver
     _cp = module
@@ -168,37 +170,360 @@ def _set_backend(module):
     _CudaError = module.cuda.runtime.CUDARuntimeError
     _current_stream = module.cuda.get_current_stream
     try:
-        _rt.getDeviceCount()      # initialises the driver (no context) before ctxGetCurrent
+        _rt.getDeviceCount()      # initialises the driver (no context) before any driver call
     except Exception:
         pass
+    if getattr(module, "is_fake", False) or not _load_driver():
+        _use_python_calls()
 
 
-cdef int c_enter_device(int dev, int* saved) except -1:
-    """Make ``dev`` current; ``saved`` (2 ints) records what to restore."""
-    saved[0] = 0
-    saved[1] = 0
-    c_check_usable("CUDA")
-    if _drv.ctxGetCurrent() == 0:
-        # No context is current: restore exactly that afterwards, so that no
-        # context appears on device 0 when the caller only ever named another.
-        # (cudaGetDevice may still answer ``dev`` here: only a current context
-        # proves the runtime will not pick a device of its own.)
-        _rt.setDevice(dev)
-        saved[1] = 2
+# ------------------------------------------------------------------ CUDA driver calls
+#
+# Every call made per copy or per chunk (memcpy, stream and event waits, context
+# switches, pointer queries) goes through this table of C function pointers, so
+# the engine makes them without the GIL and without a Python call. With real
+# CuPy they are the CUDA driver API's own functions, looked up in libcuda.so.1
+# (the library CuPy's runtime already loaded; runtime streams, events and
+# primary contexts are the driver's handles). With a stand-in for CuPy (the
+# tests' host-memory fake), or when libcuda lacks a symbol, they are shims that
+# take the GIL and call the module's Python API instead. Rare calls (pinning,
+# creating streams and events) always go through CuPy.
+
+ctypedef int (*_f_ctx_get)(void** ctx) noexcept nogil
+ctypedef int (*_f_ctx_set)(void* ctx) noexcept nogil
+ctypedef int (*_f_ctx_device)(int* dev) noexcept nogil
+ctypedef int (*_f_primary)(void** ctx, int dev) noexcept nogil
+ctypedef int (*_f_htod)(unsigned long long dst, const void* src, size_t n, void* s) noexcept nogil
+ctypedef int (*_f_dtoh)(void* dst, unsigned long long src, size_t n, void* s) noexcept nogil
+ctypedef int (*_f_handle)(void* h) noexcept nogil
+ctypedef int (*_f_record)(void* event, void* stream) noexcept nogil
+ctypedef int (*_f_wait)(void* stream, void* event, unsigned int flags) noexcept nogil
+ctypedef int (*_f_attr)(void* out, int attr, unsigned long long ptr) noexcept nogil
+ctypedef int (*_f_name)(int rc, const char** name) noexcept nogil
+ctypedef int (*_f_device_get)(int* device, int ordinal) noexcept nogil
+
+
+cdef struct _Api:
+    _f_ctx_get ctx_get              # cuCtxGetCurrent
+    _f_ctx_set ctx_set              # cuCtxSetCurrent
+    _f_ctx_device ctx_device        # cuCtxGetDevice
+    _f_primary primary              # cuDeviceGet + cuDevicePrimaryCtxRetain
+    _f_htod htod                    # cuMemcpyHtoDAsync
+    _f_dtoh dtoh                    # cuMemcpyDtoHAsync
+    _f_handle stream_sync           # cuStreamSynchronize
+    _f_record event_record          # cuEventRecord
+    _f_handle event_sync            # cuEventSynchronize
+    _f_handle event_query           # cuEventQuery (0 done, _NOT_READY pending)
+    _f_wait stream_wait_event       # cuStreamWaitEvent
+    _f_attr pointer_attr            # cuPointerGetAttribute
+    bint driver                     # True: libcuda's functions; False: the Python shims
+
+
+cdef enum:
+    _NOT_READY = 600                      # CUDA_ERROR_NOT_READY (and cudaErrorNotReady)
+    _SHIM_FAILED = 999                    # a shim's Python call raised (kept in _shim_errors)
+    _ATTR_MEMORY_TYPE = 2                 # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    _MAX_DEVICES = 1024
+
+cdef _Api _api
+cdef _f_device_get _cuDeviceGet = NULL
+cdef _f_primary _cuDevicePrimaryCtxRetain = NULL
+cdef _f_name _cuGetErrorName = NULL
+cdef void* _primary_ctx[_MAX_DEVICES]     # each device's primary context, once retained
+_shim_errors = threading.local()          # the exception a shim caught, per thread
+
+
+cdef void _forget_contexts() noexcept:
+    cdef int i
+    for i in range(_MAX_DEVICES):
+        _primary_ctx[i] = NULL
+
+
+cdef int _real_primary(void** ctx, int ordinal) noexcept nogil:
+    cdef int device = 0
+    cdef int rc = _cuDeviceGet(&device, ordinal)
+    if rc != 0:
+        return rc
+    return _cuDevicePrimaryCtxRetain(ctx, device)
+
+
+cdef void* _symbol(void* lib, const char* name) noexcept:
+    return dlsym(lib, name) if lib != NULL else NULL
+
+
+cdef bint _load_driver() noexcept:
+    """Point the table at libcuda's functions; False when a symbol is missing."""
+    global _cuDeviceGet, _cuDevicePrimaryCtxRetain, _cuGetErrorName
+    cdef void* lib = dlopen(b"libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
+    cdef void* f[15]
+    cdef const char* names[15]
+    cdef int i
+    if lib == NULL:
+        lib = dlopen(b"libcuda.so", RTLD_NOW | RTLD_LOCAL)
+    if lib == NULL:
+        return False
+    names[0] = b"cuCtxGetCurrent"
+    names[1] = b"cuCtxSetCurrent"
+    names[2] = b"cuCtxGetDevice"
+    names[3] = b"cuDeviceGet"
+    names[4] = b"cuDevicePrimaryCtxRetain"
+    names[5] = b"cuMemcpyHtoDAsync_v2"
+    names[6] = b"cuMemcpyDtoHAsync_v2"
+    names[7] = b"cuStreamSynchronize"
+    names[8] = b"cuEventRecord"
+    names[9] = b"cuEventSynchronize"
+    names[10] = b"cuEventQuery"
+    names[11] = b"cuStreamWaitEvent"
+    names[12] = b"cuPointerGetAttribute"
+    names[13] = b"cuGetErrorName"
+    names[14] = NULL
+    for i in range(14):
+        f[i] = _symbol(lib, names[i])
+        if f[i] == NULL:
+            return False
+    _api.ctx_get = <_f_ctx_get>f[0]
+    _api.ctx_set = <_f_ctx_set>f[1]
+    _api.ctx_device = <_f_ctx_device>f[2]
+    _cuDeviceGet = <_f_device_get>f[3]
+    _cuDevicePrimaryCtxRetain = <_f_primary>f[4]
+    _api.primary = _real_primary
+    _api.htod = <_f_htod>f[5]
+    _api.dtoh = <_f_dtoh>f[6]
+    _api.stream_sync = <_f_handle>f[7]
+    _api.event_record = <_f_record>f[8]
+    _api.event_sync = <_f_handle>f[9]
+    _api.event_query = <_f_handle>f[10]
+    _api.stream_wait_event = <_f_wait>f[11]
+    _api.pointer_attr = <_f_attr>f[12]
+    _cuGetErrorName = <_f_name>f[13]
+    _api.driver = True
+    return True
+
+
+def _driver_calls():
+    """'libcuda' when copies call the CUDA driver directly, else 'python' (CuPy's API)."""
+    return "libcuda" if _api.driver else "python"
+
+
+# The shims: the same calls through the Python module standing in for CuPy.
+
+cdef int _shim_failed(BaseException exc) noexcept:
+    _shim_errors.exc = exc
+    return _SHIM_FAILED
+
+
+cdef int _shim_ctx_get(void** ctx) noexcept nogil:
+    with gil:
+        try:
+            ctx[0] = <void*><intptr_t>_drv.ctxGetCurrent()
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_ctx_set(void* ctx) noexcept nogil:
+    with gil:
+        try:
+            _drv.ctxSetCurrent(<intptr_t>ctx)
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_ctx_device(int* dev) noexcept nogil:
+    with gil:
+        try:
+            dev[0] = _rt.getDevice()
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_primary(void** ctx, int dev) noexcept nogil:
+    with gil:
+        try:
+            prev = _drv.ctxGetCurrent()
+            _rt.setDevice(dev)
+            ctx[0] = <void*><intptr_t>_drv.ctxGetCurrent()
+            _drv.ctxSetCurrent(prev)
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_htod(unsigned long long dst, const void* src, size_t n, void* s) noexcept nogil:
+    with gil:
+        try:
+            _rt.memcpyAsync(dst, <uintptr_t>src, n, _H2D, <intptr_t>s)
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_dtoh(void* dst, unsigned long long src, size_t n, void* s) noexcept nogil:
+    with gil:
+        try:
+            _rt.memcpyAsync(<uintptr_t>dst, src, n, _D2H, <intptr_t>s)
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_stream_sync(void* s) noexcept nogil:
+    with gil:
+        try:
+            _rt.streamSynchronize(<intptr_t>s)
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_event_record(void* e, void* s) noexcept nogil:
+    with gil:
+        try:
+            _rt.eventRecord(<intptr_t>e, <intptr_t>s)
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_event_sync(void* e) noexcept nogil:
+    with gil:
+        try:
+            _rt.eventSynchronize(<intptr_t>e)
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_event_query(void* e) noexcept nogil:
+    with gil:
+        try:
+            return _rt.eventQuery(<intptr_t>e)
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_stream_wait_event(void* s, void* e, unsigned int flags) noexcept nogil:
+    with gil:
+        try:
+            _rt.streamWaitEvent(<intptr_t>s, <intptr_t>e, flags)
+            return 0
+        except BaseException as exc:
+            return _shim_failed(exc)
+
+
+cdef int _shim_pointer_attr(void* out, int attr, unsigned long long ptr) noexcept nogil:
+    # only the memory type is asked for: 1 host (page-locked), 2 device, else an error
+    with gil:
+        try:
+            t = _rt.pointerGetAttributes(ptr).type
+        except BaseException as exc:
+            return _shim_failed(exc)
+        if t != 1 and t != 2:
+            return 1          # CUDA_ERROR_INVALID_VALUE: memory CUDA does not know
+        (<unsigned int*>out)[0] = t
         return 0
-    saved[0] = _rt.getDevice()
-    if saved[0] != dev:
-        _rt.setDevice(dev)
-        saved[1] = 1
+
+
+cdef void _use_python_calls() noexcept:
+    _api.ctx_get = _shim_ctx_get
+    _api.ctx_set = _shim_ctx_set
+    _api.ctx_device = _shim_ctx_device
+    _api.primary = _shim_primary
+    _api.htod = _shim_htod
+    _api.dtoh = _shim_dtoh
+    _api.stream_sync = _shim_stream_sync
+    _api.event_record = _shim_event_record
+    _api.event_sync = _shim_event_sync
+    _api.event_query = _shim_event_query
+    _api.stream_wait_event = _shim_stream_wait_event
+    _api.pointer_attr = _shim_pointer_attr
+    _api.driver = False
+
+
+_use_python_calls()
+
+
+cdef str _cu_message(int rc):
+    """What failed, for an error message: the shim's exception or the driver's error name."""
+    cdef const char* name = NULL
+    if rc == _SHIM_FAILED:
+        exc = getattr(_shim_errors, "exc", None)
+        if exc is not None:
+            return str(exc)
+    if _api.driver and _cuGetErrorName != NULL and _cuGetErrorName(rc, &name) == 0 and name != NULL:
+        return f"{name.decode('ascii', 'replace')} ({rc})"
+    return f"CUDA error {rc}"
+
+
+cdef int c_cuda_failed(int rc, str what) except -1:
+    """Raise EtError(Error.Internal) for the failed call ``what`` (chained to a shim's exception)."""
+    cdef object cause = None
+    if rc == _SHIM_FAILED:
+        cause = getattr(_shim_errors, "exc", None)
+        _shim_errors.exc = None
+    msg = f"{what} failed: {_cu_message(rc) if cause is None else cause}"
+    if isinstance(cause, KeyboardInterrupt):
+        raise cause
+    raise EtError(msg, Error.Internal) from cause
+
+
+cdef inline int _check(int rc, str what) except -1:
+    if rc != 0:
+        c_cuda_failed(rc, what)
     return 0
 
 
-cdef int c_exit_device(int dev, int* saved) except -1:
-    if saved[1] == 2:
-        _drv.ctxSetCurrent(0)
-    elif saved[1] == 1:
-        _rt.setDevice(saved[0])
+cdef void* _context_of(int dev) except NULL:
+    """``dev``'s primary context, retained on first use (which initialises it)."""
+    cdef void* ctx
+    cdef int rc
+    if dev < 0 or dev >= _MAX_DEVICES:
+        raise_error(Error.InvalidArgument, f"device={dev}: not a CUDA device index")
+    ctx = _primary_ctx[dev]
+    if ctx == NULL:
+        rc = _api.primary(&ctx, dev)
+        if rc != 0 or ctx == NULL:
+            c_cuda_failed(rc if rc != 0 else 201, f"making cuda:{dev}'s context")
+        _primary_ctx[dev] = ctx
+    return ctx
+
+
+cdef int c_enter_device(int dev, DeviceGuard* guard) except -1:
+    """Make ``dev``'s primary context current; ``guard`` records what to restore.
+
+    When no context was current, none is current again after
+    :func:`c_exit_device`: no context appears on device 0 when the caller only
+    ever named another.
+    """
+    cdef void* ctx
+    guard.prev = NULL
+    guard.switched = False
+    c_check_usable("CUDA")
+    ctx = _context_of(dev)
+    _check(_api.ctx_get(&guard.prev), "cuCtxGetCurrent")
+    if guard.prev != ctx:
+        _check(_api.ctx_set(ctx), f"making cuda:{dev} current")
+        guard.switched = True
     return 0
+
+
+cdef int c_exit_device(DeviceGuard* guard) except -1:
+    if guard.switched:
+        guard.switched = False
+        _check(_api.ctx_set(guard.prev), "restoring the caller's CUDA context")
+    return 0
+
+
+cdef int c_current_device() except -1:
+    """The CUDA device of the calling thread (that of its current context, else CuPy's answer)."""
+    cdef void* ctx = NULL
+    cdef int dev = 0
+    c_cupy()
+    if _api.ctx_get(&ctx) == 0 and ctx != NULL and _api.ctx_device(&dev) == 0:
+        return dev
+    return _rt.getDevice()
 
 
 # ------------------------------------------------------------------ size classes
@@ -268,7 +593,7 @@ cdef int _ensure_event(_Slab slab, int dev) except -1:
         return 0
     if slab.event != 0:
         if slab.pending:
-            _rt.eventSynchronize(slab.event)
+            _check(_api.event_sync(<void*>slab.event), "waiting for a pinned block's last copy")
             slab.pending = False
         _rt.eventDestroy(slab.event)
         slab.event = 0
@@ -280,14 +605,14 @@ cdef int _ensure_event(_Slab slab, int dev) except -1:
 cdef int _record(_Slab slab, intptr_t stream, int dev) except -1:
     """Mark ``slab`` as touched by the work queued on ``stream`` so far."""
     _ensure_event(slab, dev)
-    _rt.eventRecord(slab.event, stream)
+    _check(_api.event_record(<void*>slab.event, <void*>stream), "recording a pinned block's copy")
     slab.pending = True
     return 0
 
 
 cdef int _free_slab(_Slab slab) except -1:
     """Give the slab's page-locked memory back to CUDA, after its last copy."""
-    cdef int saved[2]
+    cdef DeviceGuard guard
     cdef uintptr_t ptr = slab.ptr
     if ptr == 0:
         return 0
@@ -296,17 +621,17 @@ cdef int _free_slab(_Slab slab) except -1:
         slab.event = 0        # the parent's memory and event: nothing to free here
         slab.pending = False
         return 0
-    c_enter_device(slab.dev, saved)
+    c_enter_device(slab.dev, &guard)
     try:
         if slab.event != 0:
             if slab.pending:
-                _rt.eventSynchronize(slab.event)
+                _check(_api.event_sync(<void*>slab.event), "waiting for a pinned block's last copy")
             _rt.eventDestroy(slab.event)
         slab.event = 0
         slab.pending = False
         _rt.freeHost(ptr)
     finally:
-        c_exit_device(slab.dev, saved)
+        c_exit_device(&guard)
     return 0
 
 
@@ -418,6 +743,7 @@ cdef class PinnedHostPool:
         cdef _Slab slab = None
         cdef list lst
         cdef bint fresh = False
+        cdef int rc
         c_check_usable("pinned host memory")
         with self.c_lock:
             lst = self.c_free.get(size)
@@ -429,12 +755,11 @@ cdef class PinnedHostPool:
                     self._take(slab, nbytes, True)
                     return slab
         if slab is not None:
-            try:
-                done = _rt.eventQuery(slab.event) == 0
-            except BaseException:
+            rc = _api.event_query(<void*>slab.event)
+            if rc != 0 and rc != _NOT_READY:
                 self._recache(slab, [], True)     # neither lost nor handed out
-                raise
-            if done:
+                c_cuda_failed(rc, "querying a pinned block's last copy")
+            if rc == 0:
                 slab.pending = False
             else:
                 # A copy may still touch it: leave it cached, take a new block.
@@ -478,10 +803,10 @@ cdef class PinnedHostPool:
             self.c_peak = self.c_in_use + self.c_cached
 
     cdef _Slab _new_slab(self, int64_t size, int64_t nbytes, int dev):
-        cdef int saved[2]
+        cdef DeviceGuard guard
         cdef _Slab slab = _Slab.__new__(_Slab)
         c_cupy()
-        c_enter_device(dev, saved)
+        c_enter_device(dev, &guard)
         try:
             try:
                 ptr = _rt.hostAlloc(size, _HOST_ALLOC_PORTABLE)
@@ -496,7 +821,7 @@ cdef class PinnedHostPool:
                                 f"could not pin {size} bytes of host memory (nbytes={nbytes}, "
                                 f"cuda:{dev}), even after freeing the cache: {exc}")
         finally:
-            c_exit_device(dev, saved)
+            c_exit_device(&guard)
         slab.ptr = ptr
         slab.size = size
         slab.dev = dev
@@ -593,7 +918,7 @@ cdef class PinnedHostPool:
         cdef int dev
         c_check_usable("PinnedHostPool.malloc")
         c_cupy()
-        dev = _rt.getDevice() if device == -1 else _nonneg(device, "device")
+        dev = c_current_device() if device == -1 else _nonneg(device, "device")
         return self.c_malloc(n, dev)
 
     def empty_cache(self):
@@ -876,11 +1201,15 @@ cdef _Engine _engine(int dev):
 
 cdef int _order_after(_Engine eng, intptr_t cur) except -1:
     """Make the copy stream wait for the work queued so far on the caller's stream ``cur``."""
+    cdef int rc
     if cur == 0 or cur == eng.stream:
         return 0      # the legacy default stream already orders blocking streams
     with eng.lock:
-        _rt.eventRecord(eng.order_event, cur)
-        _rt.streamWaitEvent(eng.stream, eng.order_event, 0)
+        with nogil:
+            rc = _api.event_record(<void*>eng.order_event, <void*>cur)
+            if rc == 0:
+                rc = _api.stream_wait_event(<void*>eng.stream, <void*>eng.order_event, 0)
+    _check(rc, "ordering the copy after the caller's stream")
     return 0
 
 
@@ -900,37 +1229,261 @@ cdef intptr_t c_stream_handle(object stream) except? -1:
                 f"__cuda_stream__, or a CuPy/PyTorch stream)")
 
 
-cdef bint _is_page_locked(uintptr_t address) except -1:
-    try:
-        return _rt.pointerGetAttributes(address).type == _MEMORY_TYPE_HOST
-    except _CudaError:
+cdef inline bint _is_page_locked(uintptr_t address) noexcept:
+    cdef unsigned int kind = 0
+    if _api.pointer_attr(&kind, _ATTR_MEMORY_TYPE, address) != 0:
         return False
+    return kind == _MEMORY_TYPE_HOST
 
 
-# ------------------------------------------------------------------ host copies
+# ------------------------------------------------------------------ host copy threads
+#
+# A process-wide pool of worker threads (plain pthreads that never touch
+# Python) copies the pieces of each chunk. A caller posts a job (dst, src,
+# pieces), copies pieces itself too, and waits until every piece is done and no
+# worker still holds the job. Workers take pieces with an atomic counter, so
+# two callers (two GPUs) share the pool. An idle worker spins for _SPIN_NS
+# (the next chunk of a pipelined copy usually arrives sooner), then sleeps on
+# a condition variable: nothing spins while no copy runs, so the pool does not
+# compete with other thread pools in the process (OpenMP's in torch, BLAS).
+# After fork() the child starts with no workers and makes new ones.
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_t:
+        pass
+    ctypedef struct pthread_attr_t:
+        pass
+    ctypedef struct pthread_mutex_t:
+        pass
+    ctypedef struct pthread_cond_t:
+        pass
+    int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*) noexcept nogil,
+                       void* arg)
+    int pthread_detach(pthread_t t)
+    int pthread_mutex_init(pthread_mutex_t* m, const void* attr)
+    int pthread_mutex_lock(pthread_mutex_t* m)
+    int pthread_mutex_unlock(pthread_mutex_t* m)
+    int pthread_cond_init(pthread_cond_t* c, const void* attr)
+    int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m)
+    int pthread_cond_signal(pthread_cond_t* c)
+    int pthread_cond_broadcast(pthread_cond_t* c)
+
+cdef extern from "<signal.h>" nogil:
+    ctypedef struct sigset_t:
+        pass
+    int sigfillset(sigset_t* s)
+    int pthread_sigmask(int how, const sigset_t* s, sigset_t* old)
+    enum:
+        SIG_SETMASK
+
+cdef extern from *:
+    """
+    #include <time.h>
+    static inline long long etptr_atomic_load(long long* p) {
+        return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+    }
+    static inline long long etptr_atomic_add(long long* p, long long v) {
+        return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+    }
+    static inline void etptr_cpu_relax(void) {
+    #if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+    #elif defined(__aarch64__)
+        __asm__ __volatile__("yield" ::: "memory");
+    #endif
+    }
+    static inline long long etptr_now_ns(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+    """
+    long long etptr_atomic_load(long long* p) noexcept nogil
+    long long etptr_atomic_add(long long* p, long long v) noexcept nogil
+    void etptr_cpu_relax() noexcept nogil
+    long long etptr_now_ns() noexcept nogil
+
+
+cdef struct _Job:
+    char* dst
+    const char* src
+    long long nbytes
+    long long piece        # bytes per piece (the last may be shorter)
+    long long parts
+    long long next         # atomic: the next piece to take
+    long long done         # atomic: pieces copied
+    long long refs         # workers inside the job (changed under _tp_lock)
+    _Job* link
+
+
+cdef long long _SPIN_NS = 100000          # how long an idle worker or a waiting caller spins
+cdef pthread_mutex_t _tp_lock
+cdef pthread_cond_t _tp_work              # idle workers sleep here
+cdef pthread_cond_t _tp_idle              # callers waiting for their job sleep here
+cdef _Job* _tp_jobs = NULL                # jobs with pieces, oldest first
+cdef long long _tp_gen = 0                # atomic: bumped whenever a job is posted
+cdef int _tp_workers = 0                  # threads started
+cdef int _tp_sleepers = 0                 # workers asleep on _tp_work
+cdef int _tp_wanted = 0                   # workers the posted jobs could use
+cdef int _tp_failed = 0                   # pthread_create failures (the callers copy alone)
+
+
+cdef void _tp_init() noexcept nogil:
+    global _tp_jobs, _tp_gen, _tp_workers, _tp_sleepers, _tp_wanted
+    pthread_mutex_init(&_tp_lock, NULL)
+    pthread_cond_init(&_tp_work, NULL)
+    pthread_cond_init(&_tp_idle, NULL)
+    _tp_jobs = NULL
+    _tp_gen = 0
+    _tp_workers = 0
+    _tp_sleepers = 0
+    _tp_wanted = 0
+
+
+_tp_init()
+
+
+cdef void _run_pieces(_Job* job) noexcept nogil:
+    cdef long long i, off, m
+    while True:
+        i = etptr_atomic_add(&job.next, 1)
+        if i >= job.parts:
+            return
+        off = i * job.piece
+        m = job.nbytes - off
+        if m > job.piece:
+            m = job.piece
+        if m > 0:
+            memcpy(job.dst + off, job.src + off, <size_t>m)
+        etptr_atomic_add(&job.done, 1)
+
+
+cdef void _spin_while_equal(long long* p, long long value, long long limit_ns) noexcept nogil:
+    cdef long long until = etptr_now_ns() + limit_ns
+    cdef int k
+    while etptr_atomic_load(p) == value:
+        for k in range(64):
+            etptr_cpu_relax()
+        if etptr_now_ns() > until:
+            return
+
+
+cdef void* _tp_worker(void* arg) noexcept nogil:
+    global _tp_sleepers
+    cdef _Job* job
+    cdef long long gen
+    pthread_mutex_lock(&_tp_lock)
+    while True:
+        job = _tp_jobs
+        while job != NULL and etptr_atomic_load(&job.next) >= job.parts:
+            job = job.link
+        if job != NULL:
+            job.refs += 1
+            pthread_mutex_unlock(&_tp_lock)
+            _run_pieces(job)
+            pthread_mutex_lock(&_tp_lock)
+            job.refs -= 1
+            if job.refs == 0:
+                pthread_cond_broadcast(&_tp_idle)
+            continue
+        gen = etptr_atomic_load(&_tp_gen)
+        pthread_mutex_unlock(&_tp_lock)
+        _spin_while_equal(&_tp_gen, gen, _SPIN_NS)
+        pthread_mutex_lock(&_tp_lock)
+        if etptr_atomic_load(&_tp_gen) == gen:
+            _tp_sleepers += 1
+            pthread_cond_wait(&_tp_work, &_tp_lock)
+            _tp_sleepers -= 1
+    return NULL
+
+
+cdef void _tp_grow(int want) noexcept nogil:
+    """With _tp_lock held: start workers until ``want`` exist (signals blocked in them)."""
+    global _tp_workers, _tp_failed
+    cdef pthread_t t
+    cdef sigset_t all_signals, old
+    if _tp_workers >= want:
+        return
+    sigfillset(&all_signals)
+    pthread_sigmask(SIG_SETMASK, &all_signals, &old)
+    while _tp_workers < want:
+        if pthread_create(&t, NULL, _tp_worker, NULL) != 0:
+            _tp_failed += 1
+            break
+        pthread_detach(t)
+        _tp_workers += 1
+    pthread_sigmask(SIG_SETMASK, &old, NULL)
+
+
+cdef int _tp_cap = 1      # most workers started for concurrent jobs: CPUs - 1 (set below)
+
+
 cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads) noexcept nogil:
-    """memcpy with up to ``nthreads`` OpenMP threads, pieces of at least _MIN_PIECE bytes."""
-    global _omp_started
-    cdef Py_ssize_t i, parts
-    cdef int64_t piece, off, m
-    parts = nthreads
+    """memcpy with up to ``nthreads`` threads (the caller and pool workers), pieces of at
+    least _MIN_PIECE bytes."""
+    global _tp_jobs, _tp_gen, _tp_wanted
+    cdef _Job job
+    cdef _Job* p
+    cdef long long parts = nthreads
+    cdef int i, wake, cap
     if parts > n // _MIN_PIECE:
         parts = n // _MIN_PIECE
-    if parts <= 1 or _omp_forked:
-        memcpy(dst, src, n)
+    if parts <= 1:
+        memcpy(dst, src, <size_t>n)
         return
-    _omp_started = 1
-    piece = ((n + parts - 1) // parts + 63) & ~(<int64_t>63)
-    for i in prange(parts, num_threads=parts, schedule="static", chunksize=1):
-        off = i * piece
-        if off < n:
-            m = piece
-            if m > n - off:
-                m = n - off
-            memcpy(dst + off, src + off, m)
+    job.dst = dst
+    job.src = src
+    job.nbytes = n
+    job.piece = ((n + parts - 1) // parts + 63) & ~(<int64_t>63)
+    job.parts = parts
+    job.next = 0
+    job.done = 0
+    job.refs = 0
+    job.link = NULL
+    pthread_mutex_lock(&_tp_lock)
+    p = _tp_jobs
+    if p == NULL:
+        _tp_jobs = &job
+    else:
+        while p.link != NULL:
+            p = p.link
+        p.link = &job
+    _tp_wanted += <int>parts - 1
+    cap = _tp_cap if _tp_cap > parts - 1 else <int>parts - 1
+    _tp_grow(_tp_wanted if _tp_wanted < cap else cap)
+    etptr_atomic_add(&_tp_gen, 1)
+    wake = <int>parts - 1
+    if wake > _tp_sleepers:
+        wake = _tp_sleepers
+    for i in range(wake):
+        pthread_cond_signal(&_tp_work)
+    pthread_mutex_unlock(&_tp_lock)
+    _run_pieces(&job)
+    _wait_job(&job)
+
+
+cdef void _wait_job(_Job* job) noexcept nogil:
+    """Wait until every piece of ``job`` is copied and no worker holds it; unlink it."""
+    global _tp_jobs, _tp_wanted
+    cdef _Job* p
+    cdef long long until = etptr_now_ns() + _SPIN_NS
+    cdef int k
+    while etptr_atomic_load(&job.done) < job.parts and etptr_now_ns() < until:
+        for k in range(16):
+            etptr_cpu_relax()
+    pthread_mutex_lock(&_tp_lock)
+    while etptr_atomic_load(&job.done) < job.parts or job.refs > 0:
+        pthread_cond_wait(&_tp_idle, &_tp_lock)
+    if _tp_jobs == job:
+        _tp_jobs = job.link
+    else:
+        p = _tp_jobs
+        while p != NULL and p.link != job:
+            p = p.link
+        if p != NULL:
+            p.link = job.link
+    _tp_wanted -= <int>job.parts - 1
+    pthread_mutex_unlock(&_tp_lock)
 
 
 def _host_copy(dst, src, nbytes, threads):
@@ -943,182 +1496,255 @@ def _host_copy(dst, src, nbytes, threads):
         _par_copy(d, s, n, t)
 
 
+def _copy_threads():
+    """Worker threads the host copy pool has started here, and start failures. For tests."""
+    return {"workers": _tp_workers, "failed": _tp_failed}
+
+
+_tp_cap = max(1, _cpu_count() - 1)
+
+
 # ------------------------------------------------------------------ the engine
 
 cdef object _chunk_hook = None   # tests: called as hook(direction, chunk index) after each chunk
-cdef int _small_mode = 0
-# small synchronous copies: 0 (the default): cudaMemcpyAsync on the copy stream + wait;
-# 1: through a pool block; 2: cudaMemcpy when the caller's stream is the legacy default
-# stream, which orders it after the caller's work (else as 0). bench/probe_small.txt and
-# bench/results/h200x2_probe_small.txt compare them: no mode wins on every machine.
+cdef bint _hook_set = False
+cdef int64_t _MIN_CHUNK = 512 * 1024   # smallest pipelined chunk
+cdef int _TARGET_CHUNKS = 8            # a copy shorter than K slots is cut in this many chunks
+cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
 
 
 def _set_chunk_hook(hook):
     """Call ``hook(direction, i)`` after each pipelined chunk (None: stop). For tests."""
-    global _chunk_hook
+    global _chunk_hook, _hook_set
     _chunk_hook = hook
+    _hook_set = hook is not None
 
 
-def _get_small_mode():
-    """The small-copy path in use (see ``_small_mode``). For measurements."""
-    return _small_mode
+cdef int64_t _chunk_bytes(int64_t nbytes, CopyConfig* cfg) noexcept nogil:
+    """The chunk size of a pipelined copy: the slot size, or less, so that a copy
+    of a few slots still overlaps host copies with DMA (about _TARGET_CHUNKS chunks)."""
+    cdef int64_t s = cfg.slot_bytes
+    cdef int64_t c
+    if nbytes >= s * cfg.slots:
+        return s
+    c = (nbytes + _TARGET_CHUNKS - 1) // _TARGET_CHUNKS
+    c = (c + 65535) & ~(<int64_t>65535)
+    if c < _MIN_CHUNK:
+        c = _MIN_CHUNK
+    return s if c > s else c
 
 
-def _set_small_mode(int mode):
-    """Choose the small-copy path (see ``_small_mode``). For measurements."""
-    global _small_mode
-    if mode not in (0, 1, 2):
-        raise_error(Error.InvalidArgument, f"mode={mode}: must be 0, 1 or 2")
-    _small_mode = mode
+cdef struct _Pipe:
+    char* host                # the pageable side
+    unsigned long long dev    # the device side
+    int64_t nbytes
+    int64_t chunk             # bytes per chunk (<= a slot)
+    int k                     # slots
+    int threads
+    int device                # for messages
+    void* stream
+    char* slot[64]
+    void* event[64]
+    bint pending[64]          # an event recorded on the slot that may not have completed
 
 
-cdef int _sync(intptr_t stream) except -1:
-    _rt.streamSynchronize(stream)
+cdef int _pipe_failed(int rc, _Pipe* p, bint h2d) except -1 with gil:
+    what = "host->device copy" if h2d else "device->host copy"
+    c_cuda_failed(rc, f"{what} of nbytes={p.nbytes} on cuda:{p.device}")
+    return -1
+
+
+cdef int _between_chunks(bint h2d, int64_t i) except -1 with gil:
+    if _hook_set and _chunk_hook is not None:
+        _chunk_hook("h2d" if h2d else "d2h", i)
+    PyErr_CheckSignals()
+    return 0
+
+
+cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
+    """Chunk i: wait for its slot's previous DMA, copy it into the slot with
+    ``threads`` threads, queue the slot's DMA and record the slot's event."""
+    cdef int64_t nchunks = (p.nbytes + p.chunk - 1) // p.chunk
+    cdef int64_t i, off, m
+    cdef int j, rc
+    for i in range(nchunks):
+        j = <int>(i % p.k)
+        if p.pending[j]:
+            rc = _api.event_sync(p.event[j])
+            if rc != 0:
+                _pipe_failed(rc, p, True)
+            p.pending[j] = False
+        off = i * p.chunk
+        m = p.nbytes - off
+        if m > p.chunk:
+            m = p.chunk
+        _par_copy(p.slot[j], p.host + off, m, p.threads)
+        rc = _api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
+        if rc == 0:
+            rc = _api.event_record(p.event[j], p.stream)
+        if rc != 0:
+            _pipe_failed(rc, p, True)
+        p.pending[j] = True
+        if _hook_set or i % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
+            _between_chunks(True, i)
+    if sync:
+        rc = _api.stream_sync(p.stream)
+        if rc != 0:
+            _pipe_failed(rc, p, True)
+        for j in range(p.k):
+            p.pending[j] = False
+    return 0
+
+
+cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
+    """The reverse: the DMAs of the first K chunks are queued at once; chunk i is
+    copied out of its slot by ``threads`` threads once its event completes, and
+    the slot's next DMA (chunk i+K) is queued right after."""
+    cdef int64_t nchunks = (p.nbytes + p.chunk - 1) // p.chunk
+    cdef int64_t i, off, m
+    cdef int j, rc
+    for i in range(nchunks + p.k):
+        if i >= p.k:
+            # chunk i-K is in its slot once the slot's event completes: copy it out
+            j = <int>((i - p.k) % p.k)
+            rc = _api.event_sync(p.event[j])
+            if rc != 0:
+                _pipe_failed(rc, p, False)
+            p.pending[j] = False
+            off = (i - p.k) * p.chunk
+            m = p.nbytes - off
+            if m > p.chunk:
+                m = p.chunk
+            _par_copy(p.host + off, p.slot[j], m, p.threads)
+            if _hook_set or (i - p.k) % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
+                _between_chunks(False, i - p.k)
+        if i < nchunks:
+            j = <int>(i % p.k)
+            off = i * p.chunk
+            m = p.nbytes - off
+            if m > p.chunk:
+                m = p.chunk
+            rc = _api.dtoh(p.slot[j], p.dev + <unsigned long long>off, <size_t>m, p.stream)
+            if rc == 0:
+                rc = _api.event_record(p.event[j], p.stream)
+            if rc != 0:
+                _pipe_failed(rc, p, False)
+            p.pending[j] = True
     return 0
 
 
 cdef void _drain(intptr_t stream, list slabs) noexcept:
     """On a failure: let queued copies finish before memory is freed or reused."""
     cdef _Slab slab
-    try:
-        _rt.streamSynchronize(stream)
-    except BaseException:
-        return
+    cdef int rc
+    with nogil:
+        rc = _api.stream_sync(<void*>stream)
+    if rc != 0:
+        return        # the slabs keep their pending events: the pool waits for them
     for slab in slabs:
         slab.pending = False
 
 
-cdef int _acquire_slots(list slabs, int k, int64_t size, int dev) except -1:
-    cdef _Slab slab
-    for _ in range(k):
-        slab = _POOL.c_acquire(size, dev)
-        slabs.append(slab)
-        _ensure_event(slab, dev)
-    return 0
-
-
-cdef int _release_slots(list slabs, int64_t size) except -1:
-    cdef _Slab slab
-    for slab in slabs:
-        _POOL.c_release(slab, size)
-    return 0
-
-
-cdef int _staged_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr_t s,
-                     bint sync, CopyConfig* cfg) except -1:
-    cdef int64_t S = cfg.slot_bytes
-    cdef int64_t nchunks = (nbytes + S - 1) // S
-    cdef int K = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
-    cdef int T = cfg.threads
+cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, intptr_t s,
+                 bint h2d, bint sync, CopyConfig* cfg) except -1:
+    """A pageable copy through K pinned slots (H2D: ``sync`` False leaves the DMAs queued)."""
+    cdef _Pipe p
+    cdef int64_t nchunks
     cdef list slabs = []
     cdef _Slab slab
-    cdef int64_t i, off, n
-    cdef char* sp
-    cdef const char* srcp = <const char*>src
-    hook = _chunk_hook
+    cdef int j
+    p.host = <char*>host
+    p.dev = dev_ptr
+    p.nbytes = nbytes
+    p.chunk = _chunk_bytes(nbytes, cfg)
+    nchunks = (nbytes + p.chunk - 1) // p.chunk
+    p.k = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
+    p.threads = cfg.threads
+    p.device = dev
+    p.stream = <void*>s
+    for j in range(p.k):
+        p.pending[j] = False
     try:
         try:
-            _acquire_slots(slabs, K, S, dev)
-            for i in range(nchunks):
-                slab = <_Slab>slabs[i % K]
-                if slab.pending:
-                    _rt.eventSynchronize(slab.event)    # the slot's previous DMA is done
-                    slab.pending = False
-                off = i * S
-                n = nbytes - off if nbytes - off < S else S
-                sp = <char*>slab.ptr
+            for j in range(p.k):
+                # whole slots (slot_bytes) even for shorter chunks: one size class to cache
+                slab = _POOL.c_acquire(cfg.slot_bytes, dev)
+                slabs.append(slab)
+                _ensure_event(slab, dev)
+                p.slot[j] = <char*>slab.ptr
+                p.event[j] = <void*>slab.event
+            if h2d:
                 with nogil:
-                    _par_copy(sp, srcp + off, n, T)
-                _rt.memcpyAsync(dst + off, slab.ptr, n, _H2D, s)
-                _rt.eventRecord(slab.event, s)
-                slab.pending = True
-                if hook is not None:
-                    hook("h2d", i)
-                PyErr_CheckSignals()
-            if sync:
-                _sync(s)
-                for slab in slabs:
-                    slab.pending = False
+                    _pipe_h2d(&p, sync)
+            else:
+                with nogil:
+                    _pipe_d2h(&p)
         except BaseException:
+            for j in range(len(slabs)):
+                (<_Slab>slabs[j]).pending = p.pending[j]
             _drain(s, slabs)
             raise
+        for j in range(p.k):
+            (<_Slab>slabs[j]).pending = p.pending[j]
     finally:
-        _release_slots(slabs, S)
+        for slab in slabs:
+            _POOL.c_release(slab, cfg.slot_bytes)
     return 0
 
 
-cdef int _staged_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr_t s,
-                     CopyConfig* cfg) except -1:
-    cdef int64_t S = cfg.slot_bytes
-    cdef int64_t nchunks = (nbytes + S - 1) // S
-    cdef int K = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
-    cdef int T = cfg.threads
-    cdef list slabs = []
-    cdef _Slab slab
-    cdef int64_t i, j, off, n
-    cdef char* sp
-    cdef char* dstp = <char*>dst
-    hook = _chunk_hook
-    try:
-        try:
-            _acquire_slots(slabs, K, S, dev)
-            for j in range(K):
-                slab = <_Slab>slabs[j]
-                off = j * S
-                n = nbytes - off if nbytes - off < S else S
-                _rt.memcpyAsync(slab.ptr, src + off, n, _D2H, s)
-                _rt.eventRecord(slab.event, s)
-                slab.pending = True
-            for i in range(nchunks):
-                slab = <_Slab>slabs[i % K]
-                _rt.eventSynchronize(slab.event)
-                slab.pending = False
-                off = i * S
-                n = nbytes - off if nbytes - off < S else S
-                sp = <char*>slab.ptr
-                with nogil:
-                    _par_copy(dstp + off, sp, n, T)
-                j = i + K
-                if j < nchunks:
-                    off = j * S
-                    n = nbytes - off if nbytes - off < S else S
-                    _rt.memcpyAsync(slab.ptr, src + off, n, _D2H, s)
-                    _rt.eventRecord(slab.event, s)
-                    slab.pending = True
-                if hook is not None:
-                    hook("d2h", i)
-                PyErr_CheckSignals()
-        except BaseException:
-            _drain(s, slabs)
-            raise
-    finally:
-        _release_slots(slabs, S)
-    return 0
-
-
-cdef int _small_via_block(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr_t s,
-                          int kind) except -1:
-    """A small copy through a pool block: host memcpy + one DMA (+ wait)."""
-    cdef _Slab slab = _POOL.c_acquire(nbytes, dev)
-    try:
-        if kind == _H2D:
-            memcpy(<void*>slab.ptr, <const void*>src, nbytes)
-            _rt.memcpyAsync(dst, slab.ptr, nbytes, _H2D, s)
-            _sync(s)
+cdef int _one_dma(uintptr_t dst, uintptr_t src, int64_t nbytes, bint h2d, intptr_t s,
+                  bint sync) except -1:
+    """One cudaMemcpyAsync (+ wait when ``sync``), without the GIL."""
+    cdef int rc
+    with nogil:
+        if h2d:
+            rc = _api.htod(dst, <const void*>src, <size_t>nbytes, <void*>s)
         else:
-            _rt.memcpyAsync(slab.ptr, src, nbytes, _D2H, s)
-            _sync(s)
-            memcpy(<void*>dst, <const void*>slab.ptr, nbytes)
-    except BaseException:
-        _drain(s, [])
-        raise
+            rc = _api.dtoh(<void*>dst, src, <size_t>nbytes, <void*>s)
+        if rc == 0 and sync:
+            rc = _api.stream_sync(<void*>s)
+    return rc
+
+
+cdef int _copy(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+               CopyConfig* cfg, bint h2d) except -1:
+    cdef DeviceGuard guard
+    cdef _Engine eng
+    cdef intptr_t s
+    cdef bint sync = stream is None
+    cdef _Slab slab
+    cdef uintptr_t host = src if h2d else dst
+    cdef int rc = 0
+    cdef str what = "host->device copy" if h2d else "device->host copy"
+    c_check_usable(what)
+    if nbytes <= 0:
+        return 0
+    c_cupy()
+    c_enter_device(dev, &guard)
+    try:
+        if sync:
+            eng = _engine(dev)
+            s = eng.stream
+            _order_after(eng, _current_stream().ptr)
+        else:
+            s = c_stream_handle(stream)
+        slab = _POOL.c_find(host)
+        if slab is not None or (nbytes > cfg.small_bytes and _is_page_locked(host)):
+            # page-locked: one DMA; a pool block remembers the copy until it completes
+            rc = _one_dma(dst, src, nbytes, h2d, s, sync)
+            if rc == 0 and not sync and slab is not None:
+                _record(slab, s, dev)
+        elif nbytes <= cfg.small_bytes:
+            # small and pageable: one cudaMemcpyAsync; the driver stages it. Into pageable
+            # memory, or for the default synchronous form, wait for it.
+            rc = _one_dma(dst, src, nbytes, h2d, s, sync or not h2d)
+        else:
+            _staged(dst if h2d else src, host, nbytes, dev, s, h2d, sync or not h2d, cfg)
+        if rc != 0:
+            c_cuda_failed(rc, f"{what} of nbytes={nbytes} on cuda:{dev}")
     finally:
-        _POOL.c_release(slab, nbytes)
+        c_exit_device(&guard)
     return 0
-
-
-cdef int _cuda_failed(object exc, str what, int64_t nbytes, int dev) except -1:
-    raise EtError(f"{what} of nbytes={nbytes} on cuda:{dev} failed: {exc}", Error.Internal) from exc
 
 
 cdef int c_copy_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
@@ -1130,52 +1756,7 @@ cdef int c_copy_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, objec
     source has been read when this returns; a page-locked one is read by the
     DMA later.
     """
-    cdef int saved[2]
-    cdef _Engine eng
-    cdef intptr_t s, cur
-    cdef bint sync = stream is None
-    cdef _Slab slab
-    c_check_usable("host->device copy")
-    if nbytes <= 0:
-        return 0
-    c_cupy()
-    c_enter_device(dev, saved)
-    try:
-        try:
-            if sync:
-                cur = _current_stream().ptr
-                if cur == 0 and _small_mode == 2 and nbytes <= cfg.small_bytes:
-                    # the legacy default stream orders this after the caller's work
-                    _rt.memcpy(dst, src, nbytes, _H2D)
-                    _sync(0)
-                    return 0
-                eng = _engine(dev)
-                s = eng.stream
-                _order_after(eng, cur)
-            else:
-                s = c_stream_handle(stream)
-            slab = _POOL.c_find(src)
-            if slab is not None or (nbytes > cfg.small_bytes and _is_page_locked(src)):
-                _rt.memcpyAsync(dst, src, nbytes, _H2D, s)
-                if sync:
-                    _sync(s)
-                elif slab is not None:
-                    _record(slab, s, dev)
-            elif nbytes <= cfg.small_bytes:
-                if _small_mode == 1 and sync:
-                    _small_via_block(dst, src, nbytes, dev, s, _H2D)
-                else:
-                    # from pageable memory the driver has taken the bytes when this returns
-                    _rt.memcpyAsync(dst, src, nbytes, _H2D, s)
-                    if sync:
-                        _sync(s)
-            else:
-                _staged_h2d(dst, src, nbytes, dev, s, sync, cfg)
-        except _CudaError as exc:
-            _cuda_failed(exc, "host->device copy", nbytes, dev)
-    finally:
-        c_exit_device(dev, saved)
-    return 0
+    return _copy(dst, src, nbytes, dev, stream, cfg, True)
 
 
 cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
@@ -1186,60 +1767,18 @@ cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, objec
     else queued on ``stream`` (``dst`` holds the data once it is synchronized).
     Into pageable memory the copy is always complete when this returns.
     """
-    cdef int saved[2]
-    cdef _Engine eng
-    cdef intptr_t s, cur
-    cdef bint sync = stream is None
-    cdef _Slab slab
-    c_check_usable("device->host copy")
-    if nbytes <= 0:
-        return 0
-    c_cupy()
-    c_enter_device(dev, saved)
-    try:
-        try:
-            if sync:
-                cur = _current_stream().ptr
-                if cur == 0 and _small_mode == 2 and nbytes <= cfg.small_bytes:
-                    # the legacy default stream orders this after the caller's work
-                    _rt.memcpy(dst, src, nbytes, _D2H)
-                    return 0
-                eng = _engine(dev)
-                s = eng.stream
-                _order_after(eng, cur)
-            else:
-                s = c_stream_handle(stream)
-            slab = _POOL.c_find(dst)
-            if slab is not None or (nbytes > cfg.small_bytes and _is_page_locked(dst)):
-                _rt.memcpyAsync(dst, src, nbytes, _D2H, s)
-                if sync:
-                    _sync(s)
-                elif slab is not None:
-                    _record(slab, s, dev)
-            elif nbytes <= cfg.small_bytes:
-                if _small_mode == 1:
-                    _small_via_block(dst, src, nbytes, dev, s, _D2H)
-                else:
-                    _rt.memcpyAsync(dst, src, nbytes, _D2H, s)
-                    _sync(s)
-            else:
-                _staged_d2h(dst, src, nbytes, dev, s, cfg)
-        except _CudaError as exc:
-            _cuda_failed(exc, "device->host copy", nbytes, dev)
-    finally:
-        c_exit_device(dev, saved)
-    return 0
+    return _copy(dst, src, nbytes, dev, stream, cfg, False)
 
 
 def _engine_stream(int dev):
     """The raw handle of ``dev``'s copy stream (created on first use). For tests."""
-    cdef int saved[2]
+    cdef DeviceGuard guard
     c_cupy()
-    c_enter_device(dev, saved)
+    c_enter_device(dev, &guard)
     try:
         return _engine(dev).stream
     finally:
-        c_exit_device(dev, saved)
+        c_exit_device(&guard)
 
 
 # ------------------------------------------------------------------ fork handlers
@@ -1273,9 +1812,8 @@ def _after_fork_in_child():
     then on every CUDA entry point raises InvalidStateError and inherited
     tensors are released without freeing anything.
     """
-    global _forked_after_init, _engines, _omp_forked
-    if _omp_started:
-        _omp_forked = 1
+    global _forked_after_init, _engines
+    _tp_init()            # the parent's copy threads are not in this process
     if not _cuda_initialised or _forked_after_init:
         return
     _forked_after_init = True

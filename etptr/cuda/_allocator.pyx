@@ -20,7 +20,8 @@ from cpython.ref cimport Py_INCREF
 
 from etptr._core._staging cimport (
     CopyConfig, c_check_usable, c_config, c_copy_d2h, c_copy_h2d, c_cupy, c_default_pool,
-    c_enter_device, c_exit_device, c_forked, c_stream_handle)
+    DeviceGuard, c_current_device, c_enter_device, c_exit_device, c_forked,
+    c_stream_handle)
 
 from etptr._core._device import DeviceType
 from etptr._core._device_allocator import DEFAULT_ALIGNMENT
@@ -141,7 +142,7 @@ cdef class CudaAllocator(DeviceAllocator):
         """The concrete device ``index`` stands for (-1: the current one)."""
         cdef int i = self.c_index(index)
         if i == -1:
-            return c_cupy().cuda.runtime.getDevice()
+            return c_current_device()
         return i
 
     # -------------------------------------------------------------- DeviceAllocator
@@ -191,7 +192,7 @@ cdef class CudaAllocator(DeviceAllocator):
         cdef int64_t n = _count(nbytes, "nbytes")
         cdef int64_t a = _count(alignment, "alignment")
         cdef int dev
-        cdef int saved[2]
+        cdef DeviceGuard guard
         c_check_usable("CudaAllocator.allocate")
         if a == 0 or (a & (a - 1)) != 0:
             raise_error(Error.InvalidArgument,
@@ -205,7 +206,7 @@ cdef class CudaAllocator(DeviceAllocator):
             return 0
         cp = c_cupy()
         mem = None
-        c_enter_device(dev, saved)
+        c_enter_device(dev, &guard)
         try:
             try:
                 if stream is None:
@@ -218,7 +219,7 @@ cdef class CudaAllocator(DeviceAllocator):
                 raise_error(Error.MemoryAllocationFailed,
                             f"could not allocate nbytes={n} on cuda:{dev}: {exc}")
         finally:
-            c_exit_device(dev, saved)
+            c_exit_device(&guard)
         ptr = mem.ptr
         if ptr % a:
             mem = None
@@ -242,7 +243,7 @@ cdef class CudaAllocator(DeviceAllocator):
         """
         cdef int64_t p = _count(ptr, "ptr")
         cdef int dev
-        cdef int saved[2]
+        cdef DeviceGuard guard
         if p == 0:
             return
         mem = self.c_blocks.pop(p, None)
@@ -257,11 +258,11 @@ cdef class CudaAllocator(DeviceAllocator):
         # CuPy's pool may switch devices while freeing; with the owning device
         # current it has no reason to (and no context appears on another device).
         dev = mem.device_id
-        c_enter_device(dev, saved)
+        c_enter_device(dev, &guard)
         try:
             mem = None
         finally:
-            c_exit_device(dev, saved)
+            c_exit_device(&guard)
 
     def copy_host_to_device(self, dst, src, nbytes, index, *, stream=None, threads=None,
                             slot_bytes=None, slots=None, small_copy_bytes=None):

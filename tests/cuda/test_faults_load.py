@@ -680,7 +680,7 @@ def test_keyboard_interrupt_from_signal_during_staged_copy(direction, cp, pool, 
     with copy_config(**settings):
         d = etptr.clone_tensor_ptr_to(t, "cuda") if direction == "d2h" else None
     base = _usage(cp, pool, ndev)
-    engine = "_staged_h2d" if direction == "h2d" else "_staged_d2h"
+    engine = "_pipe_h2d" if direction == "h2d" else "_pipe_d2h"
     inside = 0
     rng = random.Random(5)
     for attempt in range(4):

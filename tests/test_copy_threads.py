@@ -1,0 +1,82 @@
+"""The copy engine's pool of host copy threads (runs without a GPU)."""
+import threading
+
+import numpy as np
+import pytest
+
+from etptr._core import _staging
+
+from _helpers import run_isolated
+
+MiB = 1 << 20
+
+
+def _bytes(n, seed):
+    return np.frombuffer(np.random.default_rng(seed).bytes(n), np.uint8)
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 4095, 128 * 1024, 128 * 1024 + 1, MiB - 7,
+                                    3 * MiB + 5, 16 * MiB])
+@pytest.mark.parametrize("threads", [1, 2, 3, 8, 64])
+def test_parallel_copy_is_exact(nbytes, threads):
+    a = _bytes(nbytes + 1, nbytes + threads)       # +1: never a zero-length array
+    out = np.zeros(nbytes + 2, np.uint8)           # a guard byte after the copy
+    out[-1] = 0xA5
+    _staging._host_copy(out.ctypes.data, a.ctypes.data, nbytes, threads)
+    assert np.array_equal(out[:nbytes], a[:nbytes])
+    assert out[nbytes] == 0 and out[-1] == 0xA5     # nothing written past nbytes
+
+
+def test_copies_from_several_threads_at_once_share_the_pool():
+    n = 8 * MiB + 123
+    srcs = [_bytes(n, i) for i in range(6)]
+    outs = [np.zeros(n, np.uint8) for _ in srcs]
+    errors = []
+    barrier = threading.Barrier(len(srcs))
+
+    def run(i):
+        try:
+            barrier.wait()
+            for r in range(20):
+                outs[i][:] = 0
+                _staging._host_copy(outs[i].ctypes.data, srcs[i].ctypes.data, n, 5 + r % 4)
+                assert np.array_equal(outs[i], srcs[i]), (i, r)
+        except BaseException as exc:          # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(srcs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a copy never finished"
+    assert errors == []
+    assert _staging._copy_threads()["failed"] == 0
+
+
+def test_worker_count_is_bounded():
+    # In a fresh process: concurrent calls asking for up to 8 threads start at most
+    # max(CPUs - 1, 7) workers; one call asking for more gets what it asked for.
+    out = run_isolated("""
+    import threading
+    import numpy as np
+    from etptr._core import _staging
+    n = 4 << 20
+    a = np.ones(n, np.uint8)
+    outs = [np.zeros(n, np.uint8) for _ in range(4)]
+    assert _staging._copy_threads()["workers"] == 0
+    def run(o):
+        for _ in range(10):
+            _staging._host_copy(o.ctypes.data, a.ctypes.data, n, 8)
+    ts = [threading.Thread(target=run, args=(o,)) for o in outs]
+    for t in ts: t.start()
+    for t in ts: t.join()
+    assert all(o.all() for o in outs)
+    w = _staging._copy_threads()["workers"]
+    assert 1 <= w <= max(_staging._cpu_count() - 1, 7), w
+    _staging._host_copy(outs[0].ctypes.data, a.ctypes.data, n, 24)
+    w = _staging._copy_threads()["workers"]
+    assert w >= 23, w
+    print("OK", w)
+    """, timeout=120)
+    assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
