@@ -6,6 +6,7 @@ PCIe link busy. Prints the aggregate GB/s of both GPUs together and its ratio to
 GPU's GB/s (2.0 would be perfect scaling).
 
     python bench/two_gpu_upload.py [--size-mib 1024] [--repeats 5] [--threads-per-copy N]
+                                   [--slot-mib N]
 
 Needs CuPy and at least two CUDA devices.
 """
@@ -54,12 +55,37 @@ def raw_pinned_seconds(cupy, nbytes, devices, repeats):
     return statistics.median(times[1:])
 
 
+def host_copy_seconds(sources, pinned, threads, repeats):
+    """Median wall time of the staging copy alone: each source copied into its own
+    page-locked block by ``threads`` threads, all sources at once from one Python
+    thread each (the host side of the pipeline, without DMA)."""
+    from etptr._core import _staging
+    barrier = threading.Barrier(len(sources))
+    times = []
+
+    def copy(i):
+        barrier.wait()
+        _staging._host_copy(pinned[i].ptr, sources[i].data_ptr, sources[i].nbytes, threads)
+
+    for _ in range(repeats + 1):
+        ts = [threading.Thread(target=copy, args=(i,)) for i in range(len(sources))]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size-mib", type=int, default=1024, help="bytes per upload, in MiB")
     p.add_argument("--repeats", type=int, default=5, help="timed uploads per measurement")
     p.add_argument("--threads-per-copy", type=int, default=None,
                    help="host threads each copy may use (default: the engine's setting)")
+    p.add_argument("--slot-mib", type=int, default=None,
+                   help="pinned slot size in MiB (default: the engine's setting)")
     args = p.parse_args(argv)
 
     import cupy
@@ -69,6 +95,8 @@ def main(argv=None):
         return 0
     if args.threads_per_copy:
         etptr.cuda.set_copy_config(threads=args.threads_per_copy)
+    if args.slot_mib:
+        etptr.cuda.set_copy_config(slot_bytes=args.slot_mib << 20)
     nbytes = args.size_mib << 20
     sources = [etptr.make_tensor_ptr(np.random.default_rng(i).integers(
         0, 255, nbytes, dtype=np.uint8)) for i in range(2)]
@@ -91,6 +119,12 @@ def main(argv=None):
         t.join()
     wall = time.perf_counter() - start
 
+    pool = etptr.cuda.get_pinned_host_pool()
+    pinned = [pool.malloc(nbytes, i) for i in range(2)]
+    t = etptr.cuda.get_copy_config()["threads"]
+    host_one = nbytes / host_copy_seconds(sources[:1], pinned, t, args.repeats) / 1e9
+    host_two = 2 * nbytes / host_copy_seconds(sources, pinned, t, args.repeats) / 1e9
+    del pinned
     raw_one = nbytes / raw_pinned_seconds(cupy, nbytes, [0], args.repeats) / 1e9
     raw_two = 2 * nbytes / raw_pinned_seconds(cupy, nbytes, [0, 1], args.repeats) / 1e9
     one_gbps = nbytes / one / 1e9
@@ -105,6 +139,10 @@ def main(argv=None):
     print(f"  raw pinned DMA, cuda:0 alone    : {raw_one:6.1f} GB/s")
     print(f"  raw pinned DMA, both at once    : {raw_two:6.1f} GB/s aggregate "
           f"({raw_two / raw_one:.2f}x one GPU: the ceiling of the links and host)")
+    print(f"  host staging copy, one alone    : {host_one:6.1f} GB/s ({t} threads, pageable -> "
+          f"page-locked, no DMA)")
+    print(f"  host staging copy, two at once  : {host_two:6.1f} GB/s aggregate "
+          f"({host_two / host_one:.2f}x one)")
     return 0
 
 

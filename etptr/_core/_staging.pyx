@@ -30,7 +30,7 @@ memory are forgotten without a CUDA call: they belong to the parent's
 context. A child forked before CUDA was first used may use CUDA itself.
 """
 cimport cython
-from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlopen, dlsym
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport Py_INCREF
@@ -155,7 +155,7 @@ cdef object c_cupy():
 
 def _set_backend(module):
     """Use ``module`` as CuPy (None: import CuPy again on next use). For tests."""
-    global _cp, _rt, _drv, _CudaError, _current_stream
+    global _cp, _rt, _drv, _CudaError, _current_stream, _driver_why
     with _engines_lock:
         _engines.clear()
     _forget_contexts()
@@ -173,7 +173,10 @@ def _set_backend(module):
         _rt.getDeviceCount()      # initialises the driver (no context) before any driver call
     except Exception:
         pass
-    if getattr(module, "is_fake", False) or not _load_driver():
+    if getattr(module, "is_fake", False):
+        _driver_why = "a stand-in for CuPy"
+        _use_python_calls()
+    elif not _load_driver():
         _use_python_calls()
 
 
@@ -251,16 +254,22 @@ cdef void* _symbol(void* lib, const char* name) noexcept:
     return dlsym(lib, name) if lib != NULL else NULL
 
 
-cdef bint _load_driver() noexcept:
+cdef str _driver_why = "CuPy not loaded yet"   # why the shims are in use
+
+
+cdef bint _load_driver():
     """Point the table at libcuda's functions; False when a symbol is missing."""
-    global _cuDeviceGet, _cuDevicePrimaryCtxRetain, _cuGetErrorName
+    global _cuDeviceGet, _cuDevicePrimaryCtxRetain, _cuGetErrorName, _driver_why
     cdef void* lib = dlopen(b"libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
     cdef void* f[15]
     cdef const char* names[15]
+    cdef const char* err
     cdef int i
     if lib == NULL:
         lib = dlopen(b"libcuda.so", RTLD_NOW | RTLD_LOCAL)
     if lib == NULL:
+        err = dlerror()
+        _driver_why = f"dlopen(libcuda.so.1): {err.decode() if err != NULL else '?'}"
         return False
     names[0] = b"cuCtxGetCurrent"
     names[1] = b"cuCtxSetCurrent"
@@ -280,6 +289,7 @@ cdef bint _load_driver() noexcept:
     for i in range(14):
         f[i] = _symbol(lib, names[i])
         if f[i] == NULL:
+            _driver_why = f"libcuda has no {names[i].decode()}"
             return False
     _api.ctx_get = <_f_ctx_get>f[0]
     _api.ctx_set = <_f_ctx_set>f[1]
@@ -297,12 +307,20 @@ cdef bint _load_driver() noexcept:
     _api.pointer_attr = <_f_attr>f[12]
     _cuGetErrorName = <_f_name>f[13]
     _api.driver = True
+    _driver_why = ""
     return True
 
 
 def _driver_calls():
-    """'libcuda' when copies call the CUDA driver directly, else 'python' (CuPy's API)."""
-    return "libcuda" if _api.driver else "python"
+    """'libcuda' when copies call the CUDA driver directly, else 'python (why)': CuPy's API.
+
+    Loads CuPy first when it is importable (the choice is made then)."""
+    if _cp is None:
+        try:
+            c_cupy()
+        except EtError:
+            pass
+    return "libcuda" if _api.driver else f"python ({_driver_why})"
 
 
 # The shims: the same calls through the Python module standing in for CuPy.
@@ -1242,11 +1260,13 @@ cdef inline bint _is_page_locked(uintptr_t address) noexcept:
 # Python) copies the pieces of each chunk. A caller posts a job (dst, src,
 # pieces), copies pieces itself too, and waits until every piece is done and no
 # worker still holds the job. Workers take pieces with an atomic counter, so
-# two callers (two GPUs) share the pool. An idle worker spins for _SPIN_NS
-# (the next chunk of a pipelined copy usually arrives sooner), then sleeps on
-# a condition variable: nothing spins while no copy runs, so the pool does not
-# compete with other thread pools in the process (OpenMP's in torch, BLAS).
-# After fork() the child starts with no workers and makes new ones.
+# two callers (two GPUs) share the pool; the job list is guarded by a spin lock
+# held for a few instructions. While a pipelined copy runs (_tp_active > 0) idle
+# workers spin, so the next chunk starts within a microsecond; otherwise they
+# spin for _SPIN_NS and then sleep on a condition variable: nothing spins while
+# no copy runs, so the pool does not compete with other thread pools in the
+# process (OpenMP's in torch, BLAS). After fork() the child starts with no
+# workers and makes new ones.
 
 cdef extern from "<pthread.h>" nogil:
     ctypedef struct pthread_t:
@@ -1265,8 +1285,10 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_unlock(pthread_mutex_t* m)
     int pthread_cond_init(pthread_cond_t* c, const void* attr)
     int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m)
-    int pthread_cond_signal(pthread_cond_t* c)
     int pthread_cond_broadcast(pthread_cond_t* c)
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 cdef extern from "<signal.h>" nogil:
     ctypedef struct sigset_t:
@@ -1292,6 +1314,15 @@ cdef extern from *:
         __asm__ __volatile__("yield" ::: "memory");
     #endif
     }
+    static inline void etptr_spin_lock(long long* p) {
+        for (;;) {
+            if (!__atomic_exchange_n(p, 1, __ATOMIC_ACQUIRE)) return;
+            while (__atomic_load_n(p, __ATOMIC_RELAXED)) etptr_cpu_relax();
+        }
+    }
+    static inline void etptr_spin_unlock(long long* p) {
+        __atomic_store_n(p, 0, __ATOMIC_RELEASE);
+    }
     static inline long long etptr_now_ns(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1301,6 +1332,8 @@ cdef extern from *:
     long long etptr_atomic_load(long long* p) noexcept nogil
     long long etptr_atomic_add(long long* p, long long v) noexcept nogil
     void etptr_cpu_relax() noexcept nogil
+    void etptr_spin_lock(long long* p) noexcept nogil
+    void etptr_spin_unlock(long long* p) noexcept nogil
     long long etptr_now_ns() noexcept nogil
 
 
@@ -1312,32 +1345,34 @@ cdef struct _Job:
     long long parts
     long long next         # atomic: the next piece to take
     long long done         # atomic: pieces copied
-    long long refs         # workers inside the job (changed under _tp_lock)
+    long long refs         # atomic: workers inside the job
     _Job* link
 
 
-cdef long long _SPIN_NS = 100000          # how long an idle worker or a waiting caller spins
-cdef pthread_mutex_t _tp_lock
-cdef pthread_cond_t _tp_work              # idle workers sleep here
-cdef pthread_cond_t _tp_idle              # callers waiting for their job sleep here
-cdef _Job* _tp_jobs = NULL                # jobs with pieces, oldest first
+cdef long long _SPIN_NS = 200000          # idle spin before a worker sleeps (no copy running)
+cdef long long _tp_list_lock = 0          # spin lock over _tp_jobs
+cdef _Job* _tp_jobs = NULL                # posted jobs, oldest first
 cdef long long _tp_gen = 0                # atomic: bumped whenever a job is posted
-cdef int _tp_workers = 0                  # threads started
-cdef int _tp_sleepers = 0                 # workers asleep on _tp_work
-cdef int _tp_wanted = 0                   # workers the posted jobs could use
+cdef long long _tp_active = 0             # atomic: pipelined copies running (workers stay awake)
+cdef pthread_mutex_t _tp_sleep_lock       # guards _tp_sleepers and the sleep itself
+cdef pthread_cond_t _tp_wake              # idle workers sleep here
+cdef int _tp_sleepers = 0
+cdef int _tp_workers = 0                  # threads started (changed under _tp_sleep_lock)
 cdef int _tp_failed = 0                   # pthread_create failures (the callers copy alone)
+cdef int _tp_cap = 1                      # workers started for concurrent jobs: CPUs - 1
+cdef int _tp_ncpu = 1                     # CPUs this process may use
 
 
 cdef void _tp_init() noexcept nogil:
-    global _tp_jobs, _tp_gen, _tp_workers, _tp_sleepers, _tp_wanted
-    pthread_mutex_init(&_tp_lock, NULL)
-    pthread_cond_init(&_tp_work, NULL)
-    pthread_cond_init(&_tp_idle, NULL)
+    global _tp_list_lock, _tp_jobs, _tp_gen, _tp_active, _tp_sleepers, _tp_workers
+    pthread_mutex_init(&_tp_sleep_lock, NULL)
+    pthread_cond_init(&_tp_wake, NULL)
+    _tp_list_lock = 0
     _tp_jobs = NULL
     _tp_gen = 0
-    _tp_workers = 0
+    _tp_active = 0
     _tp_sleepers = 0
-    _tp_wanted = 0
+    _tp_workers = 0
 
 
 _tp_init()
@@ -1358,52 +1393,72 @@ cdef void _run_pieces(_Job* job) noexcept nogil:
         etptr_atomic_add(&job.done, 1)
 
 
-cdef void _spin_while_equal(long long* p, long long value, long long limit_ns) noexcept nogil:
-    cdef long long until = etptr_now_ns() + limit_ns
-    cdef int k
-    while etptr_atomic_load(p) == value:
-        for k in range(64):
-            etptr_cpu_relax()
-        if etptr_now_ns() > until:
-            return
+cdef _Job* _take_job() noexcept nogil:
+    """The oldest posted job with pieces left, its refs raised; NULL if none."""
+    cdef _Job* job
+    etptr_spin_lock(&_tp_list_lock)
+    job = _tp_jobs
+    while job != NULL and etptr_atomic_load(&job.next) >= job.parts:
+        job = job.link
+    if job != NULL:
+        etptr_atomic_add(&job.refs, 1)
+    etptr_spin_unlock(&_tp_list_lock)
+    return job
 
 
 cdef void* _tp_worker(void* arg) noexcept nogil:
     global _tp_sleepers
     cdef _Job* job
-    cdef long long gen
-    pthread_mutex_lock(&_tp_lock)
+    cdef long long gen, idle_since
+    cdef int k
+    gen = -1
+    idle_since = etptr_now_ns()
     while True:
-        job = _tp_jobs
-        while job != NULL and etptr_atomic_load(&job.next) >= job.parts:
-            job = job.link
+        job = _take_job()
         if job != NULL:
-            job.refs += 1
-            pthread_mutex_unlock(&_tp_lock)
             _run_pieces(job)
-            pthread_mutex_lock(&_tp_lock)
-            job.refs -= 1
-            if job.refs == 0:
-                pthread_cond_broadcast(&_tp_idle)
+            etptr_atomic_add(&job.refs, -1)
+            idle_since = etptr_now_ns()
             continue
+        # nothing to do: spin until a job is posted; sleep when no copy is running
         gen = etptr_atomic_load(&_tp_gen)
-        pthread_mutex_unlock(&_tp_lock)
-        _spin_while_equal(&_tp_gen, gen, _SPIN_NS)
-        pthread_mutex_lock(&_tp_lock)
-        if etptr_atomic_load(&_tp_gen) == gen:
-            _tp_sleepers += 1
-            pthread_cond_wait(&_tp_work, &_tp_lock)
-            _tp_sleepers -= 1
+        while etptr_atomic_load(&_tp_gen) == gen:
+            if _tp_workers >= _tp_ncpu:
+                sched_yield()         # more threads than CPUs: let the caller run
+            else:
+                for k in range(32):
+                    etptr_cpu_relax()
+            if etptr_atomic_load(&_tp_active) == 0 and etptr_now_ns() - idle_since > _SPIN_NS:
+                pthread_mutex_lock(&_tp_sleep_lock)
+                if etptr_atomic_load(&_tp_gen) == gen and etptr_atomic_load(&_tp_active) == 0:
+                    _tp_sleepers += 1
+                    pthread_cond_wait(&_tp_wake, &_tp_sleep_lock)
+                    _tp_sleepers -= 1
+                pthread_mutex_unlock(&_tp_sleep_lock)
+                idle_since = etptr_now_ns()
     return NULL
 
 
-cdef void _tp_grow(int want) noexcept nogil:
-    """With _tp_lock held: start workers until ``want`` exist (signals blocked in them)."""
+cdef void _tp_wake_all() noexcept nogil:
+    pthread_mutex_lock(&_tp_sleep_lock)
+    if _tp_sleepers > 0:
+        pthread_cond_broadcast(&_tp_wake)
+    pthread_mutex_unlock(&_tp_sleep_lock)
+
+
+cdef void _tp_grow(int threads, long long callers) noexcept nogil:
+    """Start workers for ``callers`` concurrent copies of ``threads`` threads each: up to
+    one per CPU (less the caller), or ``threads - 1`` when a caller asks for more."""
     global _tp_workers, _tp_failed
     cdef pthread_t t
     cdef sigset_t all_signals, old
+    cdef long long want = (threads - 1) * callers
+    cdef long long limit = _tp_cap if _tp_cap > threads - 1 else threads - 1
+    if want > limit:
+        want = limit
     if _tp_workers >= want:
         return
+    pthread_mutex_lock(&_tp_sleep_lock)
     sigfillset(&all_signals)
     pthread_sigmask(SIG_SETMASK, &all_signals, &old)
     while _tp_workers < want:
@@ -1413,24 +1468,35 @@ cdef void _tp_grow(int want) noexcept nogil:
         pthread_detach(t)
         _tp_workers += 1
     pthread_sigmask(SIG_SETMASK, &old, NULL)
+    pthread_mutex_unlock(&_tp_sleep_lock)
 
 
-cdef int _tp_cap = 1      # most workers started for concurrent jobs: CPUs - 1 (set below)
+cdef void _tp_begin(int threads) noexcept nogil:
+    """A pipelined copy starts: wake the workers now (they spin until _tp_end)."""
+    cdef long long active = etptr_atomic_add(&_tp_active, 1) + 1
+    _tp_grow(threads, active)
+    _tp_wake_all()
+
+
+cdef void _tp_end() noexcept nogil:
+    etptr_atomic_add(&_tp_active, -1)
 
 
 cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads) noexcept nogil:
     """memcpy with up to ``nthreads`` threads (the caller and pool workers), pieces of at
     least _MIN_PIECE bytes."""
-    global _tp_jobs, _tp_gen, _tp_wanted
+    global _tp_jobs
     cdef _Job job
     cdef _Job* p
     cdef long long parts = nthreads
-    cdef int i, wake, cap
+    cdef long long spins = 0
     if parts > n // _MIN_PIECE:
         parts = n // _MIN_PIECE
     if parts <= 1:
         memcpy(dst, src, <size_t>n)
         return
+    if _tp_workers < parts - 1:
+        _tp_grow(<int>parts, 1)
     job.dst = dst
     job.src = src
     job.nbytes = n
@@ -1440,7 +1506,7 @@ cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads) noexcep
     job.done = 0
     job.refs = 0
     job.link = NULL
-    pthread_mutex_lock(&_tp_lock)
+    etptr_spin_lock(&_tp_list_lock)
     p = _tp_jobs
     if p == NULL:
         _tp_jobs = &job
@@ -1448,32 +1514,26 @@ cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads) noexcep
         while p.link != NULL:
             p = p.link
         p.link = &job
-    _tp_wanted += <int>parts - 1
-    cap = _tp_cap if _tp_cap > parts - 1 else <int>parts - 1
-    _tp_grow(_tp_wanted if _tp_wanted < cap else cap)
+    etptr_spin_unlock(&_tp_list_lock)
     etptr_atomic_add(&_tp_gen, 1)
-    wake = <int>parts - 1
-    if wake > _tp_sleepers:
-        wake = _tp_sleepers
-    for i in range(wake):
-        pthread_cond_signal(&_tp_work)
-    pthread_mutex_unlock(&_tp_lock)
+    if etptr_atomic_load(&_tp_active) == 0:
+        _tp_wake_all()            # a copy outside a pipeline: workers may be asleep
     _run_pieces(&job)
-    _wait_job(&job)
-
-
-cdef void _wait_job(_Job* job) noexcept nogil:
-    """Wait until every piece of ``job`` is copied and no worker holds it; unlink it."""
-    global _tp_jobs, _tp_wanted
-    cdef _Job* p
-    cdef long long until = etptr_now_ns() + _SPIN_NS
-    cdef int k
-    while etptr_atomic_load(&job.done) < job.parts and etptr_now_ns() < until:
-        for k in range(16):
+    # every piece is taken: wait for the ones workers are copying
+    while etptr_atomic_load(&job.done) < parts:
+        spins += 1
+        if spins < 100000:
             etptr_cpu_relax()
-    pthread_mutex_lock(&_tp_lock)
-    while etptr_atomic_load(&job.done) < job.parts or job.refs > 0:
-        pthread_cond_wait(&_tp_idle, &_tp_lock)
+        else:
+            sched_yield()
+    _unlink_job(&job)
+
+
+cdef void _unlink_job(_Job* job) noexcept nogil:
+    """Take ``job`` off the list, then wait until no worker holds it."""
+    global _tp_jobs
+    cdef _Job* p
+    etptr_spin_lock(&_tp_list_lock)
     if _tp_jobs == job:
         _tp_jobs = job.link
     else:
@@ -1482,8 +1542,9 @@ cdef void _wait_job(_Job* job) noexcept nogil:
             p = p.link
         if p != NULL:
             p.link = job.link
-    _tp_wanted -= <int>job.parts - 1
-    pthread_mutex_unlock(&_tp_lock)
+    etptr_spin_unlock(&_tp_list_lock)
+    while etptr_atomic_load(&job.refs) > 0:
+        sched_yield()
 
 
 def _host_copy(dst, src, nbytes, threads):
@@ -1501,16 +1562,33 @@ def _copy_threads():
     return {"workers": _tp_workers, "failed": _tp_failed}
 
 
-_tp_cap = max(1, _cpu_count() - 1)
+_tp_ncpu = _cpu_count()
+_tp_cap = max(1, _tp_ncpu - 1)
 
 
 # ------------------------------------------------------------------ the engine
 
 cdef object _chunk_hook = None   # tests: called as hook(direction, chunk index) after each chunk
 cdef bint _hook_set = False
-cdef int64_t _MIN_CHUNK = 512 * 1024   # smallest pipelined chunk
-cdef int _TARGET_CHUNKS = 8            # a copy shorter than K slots is cut in this many chunks
+cdef int64_t _MIN_CHUNK = 1 << 20      # smallest pipelined chunk
+cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in this many chunks
 cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
+
+
+def _set_chunking(int target_chunks, int64_t min_chunk):
+    """Cut copies shorter than K slots in ``target_chunks`` chunks of at least ``min_chunk``
+    bytes (1: one chunk per slot). For measurements (bench/sweep_copy.py)."""
+    global _TARGET_CHUNKS, _MIN_CHUNK
+    if target_chunks < 1 or min_chunk < 4096:
+        raise_error(Error.InvalidArgument,
+                    f"target_chunks={target_chunks}, min_chunk={min_chunk}: need >= 1 and >= 4096")
+    _TARGET_CHUNKS = target_chunks
+    _MIN_CHUNK = min_chunk
+
+
+def _get_chunking():
+    """(target_chunks, min_chunk) in use; see _set_chunking."""
+    return _TARGET_CHUNKS, _MIN_CHUNK
 
 
 def _set_chunk_hook(hook):
@@ -1664,6 +1742,7 @@ cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, int
     p.stream = <void*>s
     for j in range(p.k):
         p.pending[j] = False
+    _tp_begin(p.threads)      # wakes the copy threads while the slots are found
     try:
         try:
             for j in range(p.k):
@@ -1687,6 +1766,7 @@ cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, int
         for j in range(p.k):
             (<_Slab>slabs[j]).pending = p.pending[j]
     finally:
+        _tp_end()
         for slab in slabs:
             _POOL.c_release(slab, cfg.slot_bytes)
     return 0
