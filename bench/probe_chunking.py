@@ -37,15 +37,58 @@ def median_s(fn, reps=9, warmup=2):
 def main(argv):
     import cupy
     import etptr
+    import etptr.cuda
     from etptr._core import _staging
 
     cupy.cuda.Device(0).use()
     saved = _staging._get_chunking()
     ways = [("1 x slot", 1, 1 << 40), ("2 x >=1M", 2, MiB), ("4 x >=1M", 4, MiB),
-            ("4 x >=512K", 4, MiB // 2), ("8 x >=512K", 8, MiB // 2), ("8 x >=1M", 8, MiB)]
+            ("4 x >=512K", 4, MiB // 2), ("8 x >=1M", 8, MiB)]
     sizes = [MiB // 2, MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB, 128 * MiB]
     say(f"# chunking probe, {_staging._driver_calls()}, config {etptr.cuda.get_copy_config()}")
-    for direction in ("H2D", "D2H pageable"):
+    pool = etptr.cuda.get_pinned_host_pool()
+    threads = etptr.cuda.get_copy_config()["threads"]
+    say("\n## pieces of a pageable upload, per size (us, median of 9): host copies into a")
+    say("## page-locked block by T threads (memcpy or streaming stores), then one DMA of it")
+    say("size        T=1 memcpy  T=all memcpy  T=all stream  memcpy+DMA  stream+DMA  copy_h2d  clone")
+    alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
+    for n in sizes:
+        a = np.random.default_rng(n).integers(0, 255, n, dtype=np.uint8)
+        t = etptr.make_tensor_ptr(a)
+        blk = pool.malloc(n, 0)
+        dbuf = cupy.empty(n, np.uint8)
+        s = cupy.cuda.Stream(non_blocking=False)
+
+        def fill_dma(stream):
+            _staging._host_copy(blk.ptr, a.ctypes.data, n, threads, stream)
+            cupy.cuda.runtime.memcpyAsync(dbuf.data.ptr, blk.ptr, n, 1, s.ptr)
+            s.synchronize()
+
+        row = [median_s(lambda: _staging._host_copy(blk.ptr, a.ctypes.data, n, 1)),
+               median_s(lambda: _staging._host_copy(blk.ptr, a.ctypes.data, n, threads)),
+               median_s(lambda: _staging._host_copy(blk.ptr, a.ctypes.data, n, threads, True)),
+               median_s(lambda: fill_dma(False)),
+               median_s(lambda: fill_dma(True)),
+               median_s(lambda: alloc.copy_host_to_device(dbuf.data.ptr, a.ctypes.data, n, 0)),
+               median_s(lambda: etptr.clone_tensor_ptr_to(t, "cuda"))]
+        say(f"{n // 1024:6d} KiB" + "".join(f"{r * 1e6:12.1f}" for r in row))
+        del blk
+    for stream in (True, False):
+        _staging._set_streaming_stores(stream)
+        say(f"\n## H2D, upload slots filled with {'streaming stores' if stream else 'memcpy'} (GB/s)")
+        say("size      " + "".join(f"{w[0]:>12s}" for w in ways))
+        for n in sizes:
+            a = np.random.default_rng(n).integers(0, 255, n, dtype=np.uint8)
+            t = etptr.make_tensor_ptr(a)
+            row = []
+            for _, target, minimum in ways:
+                _staging._set_chunking(target, minimum)
+                row.append(n / median_s(lambda: etptr.clone_tensor_ptr_to(t, "cuda")) / 1e9)
+            best = max(range(len(ways)), key=lambda i: row[i])
+            say(f"{n // 1024:6d} KiB" + "".join(f"{r:12.1f}" for r in row)
+                + f"   best: {ways[best][0]}")
+    _staging._set_streaming_stores(True)
+    for direction in ("D2H pageable",):
         say(f"\n## {direction} (GB/s)")
         say("size      " + "".join(f"{w[0]:>12s}" for w in ways))
         for n in sizes:

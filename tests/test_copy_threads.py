@@ -15,16 +15,21 @@ def _bytes(n, seed):
     return np.frombuffer(np.random.default_rng(seed).bytes(n), np.uint8)
 
 
-@pytest.mark.parametrize("nbytes", [0, 1, 4095, 128 * 1024, 128 * 1024 + 1, MiB - 7,
+@pytest.mark.parametrize("nbytes", [0, 1, 63, 4095, 128 * 1024, 128 * 1024 + 1, MiB - 7,
                                     3 * MiB + 5, 16 * MiB])
-@pytest.mark.parametrize("threads", [1, 2, 3, 8, 64])
-def test_parallel_copy_is_exact(nbytes, threads):
-    a = _bytes(nbytes + 1, nbytes + threads)       # +1: never a zero-length array
-    out = np.zeros(nbytes + 2, np.uint8)           # a guard byte after the copy
+@pytest.mark.parametrize("threads", [1, 3, 8, 64])
+@pytest.mark.parametrize("stream", [False, True], ids=["memcpy", "streaming"])
+@pytest.mark.parametrize("shift", [0, 3])
+def test_parallel_copy_is_exact(nbytes, threads, stream, shift):
+    # ``shift``: source and destination off any 16-byte boundary
+    a = _bytes(nbytes + 8, nbytes + threads)
+    out = np.zeros(nbytes + 16, np.uint8)
     out[-1] = 0xA5
-    _staging._host_copy(out.ctypes.data, a.ctypes.data, nbytes, threads)
-    assert np.array_equal(out[:nbytes], a[:nbytes])
-    assert out[nbytes] == 0 and out[-1] == 0xA5     # nothing written past nbytes
+    dst = out.ctypes.data + shift
+    _staging._host_copy(dst, a.ctypes.data + shift, nbytes, threads, stream)
+    assert np.array_equal(out[shift:shift + nbytes], a[shift:shift + nbytes])
+    assert not out[:shift].any() and not out[shift + nbytes:-1].any()   # nothing else written
+    assert out[-1] == 0xA5
 
 
 def test_copies_from_several_threads_at_once_share_the_pool():

@@ -1323,6 +1323,36 @@ cdef extern from *:
     static inline void etptr_spin_unlock(long long* p) {
         __atomic_store_n(p, 0, __ATOMIC_RELEASE);
     }
+    /* Copy with non-temporal (streaming) stores: the destination's lines go to
+       memory without being read into the cache first or left dirty in it, so a
+       DMA that reads them next does not have to pull them out of the CPU's cache. */
+    #if defined(__x86_64__)
+    #include <emmintrin.h>
+    static void etptr_copy_stream(char* dst, const char* src, size_t n) {
+        size_t head = (16 - ((size_t)dst & 15)) & 15;
+        size_t blocks;
+        if (head > n) head = n;
+        memcpy(dst, src, head);
+        dst += head; src += head; n -= head;
+        for (blocks = n / 64; blocks; blocks--) {
+            __m128i a = _mm_loadu_si128((const __m128i*)src);
+            __m128i b = _mm_loadu_si128((const __m128i*)(src + 16));
+            __m128i c = _mm_loadu_si128((const __m128i*)(src + 32));
+            __m128i d = _mm_loadu_si128((const __m128i*)(src + 48));
+            _mm_stream_si128((__m128i*)dst, a);
+            _mm_stream_si128((__m128i*)(dst + 16), b);
+            _mm_stream_si128((__m128i*)(dst + 32), c);
+            _mm_stream_si128((__m128i*)(dst + 48), d);
+            src += 64; dst += 64;
+        }
+        memcpy(dst, src, n & 63);
+        _mm_sfence();
+    }
+    #else
+    static void etptr_copy_stream(char* dst, const char* src, size_t n) {
+        memcpy(dst, src, n);
+    }
+    #endif
     static inline long long etptr_now_ns(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -1335,6 +1365,7 @@ cdef extern from *:
     void etptr_spin_lock(long long* p) noexcept nogil
     void etptr_spin_unlock(long long* p) noexcept nogil
     long long etptr_now_ns() noexcept nogil
+    void etptr_copy_stream(char* dst, const char* src, size_t n) noexcept nogil
 
 
 cdef struct _Job:
@@ -1346,6 +1377,7 @@ cdef struct _Job:
     long long next         # atomic: the next piece to take
     long long done         # atomic: pieces copied
     long long refs         # atomic: workers inside the job
+    bint stream            # non-temporal stores (the destination is read by DMA next)
     _Job* link
 
 
@@ -1389,7 +1421,10 @@ cdef void _run_pieces(_Job* job) noexcept nogil:
         if m > job.piece:
             m = job.piece
         if m > 0:
-            memcpy(job.dst + off, job.src + off, <size_t>m)
+            if job.stream:
+                etptr_copy_stream(job.dst + off, job.src + off, <size_t>m)
+            else:
+                memcpy(job.dst + off, job.src + off, <size_t>m)
         etptr_atomic_add(&job.done, 1)
 
 
@@ -1482,9 +1517,10 @@ cdef void _tp_end() noexcept nogil:
     etptr_atomic_add(&_tp_active, -1)
 
 
-cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads) noexcept nogil:
+cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads,
+                    bint stream) noexcept nogil:
     """memcpy with up to ``nthreads`` threads (the caller and pool workers), pieces of at
-    least _MIN_PIECE bytes."""
+    least _MIN_PIECE bytes; ``stream``: with non-temporal stores."""
     global _tp_jobs
     cdef _Job job
     cdef _Job* p
@@ -1493,7 +1529,10 @@ cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads) noexcep
     if parts > n // _MIN_PIECE:
         parts = n // _MIN_PIECE
     if parts <= 1:
-        memcpy(dst, src, <size_t>n)
+        if stream:
+            etptr_copy_stream(dst, src, <size_t>n)
+        else:
+            memcpy(dst, src, <size_t>n)
         return
     if _tp_workers < parts - 1:
         _tp_grow(<int>parts, 1)
@@ -1505,6 +1544,7 @@ cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads) noexcep
     job.next = 0
     job.done = 0
     job.refs = 0
+    job.stream = stream
     job.link = NULL
     etptr_spin_lock(&_tp_list_lock)
     p = _tp_jobs
@@ -1547,14 +1587,16 @@ cdef void _unlink_job(_Job* job) noexcept nogil:
         sched_yield()
 
 
-def _host_copy(dst, src, nbytes, threads):
-    """Copy ``nbytes`` bytes between host addresses with ``threads`` threads. For measurements."""
+def _host_copy(dst, src, nbytes, threads, stream=False):
+    """Copy ``nbytes`` bytes between host addresses with ``threads`` threads (``stream``:
+    non-temporal stores). For measurements."""
     cdef char* d = <char*><uintptr_t>dst
     cdef const char* s = <const char*><uintptr_t>src
     cdef int64_t n = nbytes
     cdef int t = threads
+    cdef bint nt = stream
     with nogil:
-        _par_copy(d, s, n, t)
+        _par_copy(d, s, n, t, nt)
 
 
 def _copy_threads():
@@ -1573,6 +1615,7 @@ cdef bint _hook_set = False
 cdef int64_t _MIN_CHUNK = 1 << 20      # smallest pipelined chunk
 cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in this many chunks
 cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
+cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores
 
 
 def _set_chunking(int target_chunks, int64_t min_chunk):
@@ -1584,6 +1627,12 @@ def _set_chunking(int target_chunks, int64_t min_chunk):
                     f"target_chunks={target_chunks}, min_chunk={min_chunk}: need >= 1 and >= 4096")
     _TARGET_CHUNKS = target_chunks
     _MIN_CHUNK = min_chunk
+
+
+def _set_streaming_stores(bint on):
+    """Fill upload slots with non-temporal stores (True) or memcpy. For measurements."""
+    global _stream_h2d
+    _stream_h2d = on
 
 
 def _get_chunking():
@@ -1656,7 +1705,7 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
         m = p.nbytes - off
         if m > p.chunk:
             m = p.chunk
-        _par_copy(p.slot[j], p.host + off, m, p.threads)
+        _par_copy(p.slot[j], p.host + off, m, p.threads, _stream_h2d)
         rc = _api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
         if rc == 0:
             rc = _api.event_record(p.event[j], p.stream)
@@ -1693,7 +1742,7 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
             m = p.nbytes - off
             if m > p.chunk:
                 m = p.chunk
-            _par_copy(p.host + off, p.slot[j], m, p.threads)
+            _par_copy(p.host + off, p.slot[j], m, p.threads, False)
             if _hook_set or (i - p.k) % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
                 _between_chunks(False, i - p.k)
         if i < nchunks:
