@@ -1458,8 +1458,8 @@ cdef void* _tp_worker(void* arg) noexcept nogil:
         # nothing to do: spin until a job is posted; sleep when no copy is running
         gen = etptr_atomic_load(&_tp_gen)
         while etptr_atomic_load(&_tp_gen) == gen:
-            if _tp_workers >= _tp_ncpu:
-                sched_yield()         # more threads than CPUs: let the caller run
+            if _tp_workers + etptr_atomic_load(&_tp_active) > _tp_ncpu:
+                sched_yield()         # more threads than CPUs: let the callers run
             else:
                 for k in range(32):
                     etptr_cpu_relax()
@@ -1615,7 +1615,9 @@ cdef bint _hook_set = False
 cdef int64_t _MIN_CHUNK = 1 << 20      # smallest pipelined chunk
 cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in this many chunks
 cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
-cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores
+cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
+cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies up to this size: above it memcpy was
+                                       # faster (bench/results/h200x2_chunking.txt)
 
 
 def _set_chunking(int target_chunks, int64_t min_chunk):
@@ -1669,6 +1671,7 @@ cdef struct _Pipe:
     int k                     # slots
     int threads
     int device                # for messages
+    bint stream_stores        # fill upload slots with non-temporal stores
     void* stream
     char* slot[64]
     void* event[64]
@@ -1705,7 +1708,7 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
         m = p.nbytes - off
         if m > p.chunk:
             m = p.chunk
-        _par_copy(p.slot[j], p.host + off, m, p.threads, _stream_h2d)
+        _par_copy(p.slot[j], p.host + off, m, p.threads, p.stream_stores)
         rc = _api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
         if rc == 0:
             rc = _api.event_record(p.event[j], p.stream)
@@ -1788,6 +1791,7 @@ cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, int
     p.k = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
     p.threads = cfg.threads
     p.device = dev
+    p.stream_stores = _stream_h2d and nbytes <= _STREAM_MAX
     p.stream = <void*>s
     for j in range(p.k):
         p.pending[j] = False
