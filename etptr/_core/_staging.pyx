@@ -1286,6 +1286,7 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_cond_init(pthread_cond_t* c, const void* attr)
     int pthread_cond_wait(pthread_cond_t* c, pthread_mutex_t* m)
     int pthread_cond_broadcast(pthread_cond_t* c)
+    int pthread_cond_signal(pthread_cond_t* c)
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -1302,10 +1303,10 @@ cdef extern from *:
     """
     #include <time.h>
     static inline long long etptr_atomic_load(long long* p) {
-        return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+        return __atomic_load_n(p, __ATOMIC_SEQ_CST);
     }
     static inline long long etptr_atomic_add(long long* p, long long v) {
-        return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+        return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
     }
     static inline void etptr_cpu_relax(void) {
     #if defined(__x86_64__) || defined(__i386__)
@@ -1382,13 +1383,14 @@ cdef struct _Job:
 
 
 cdef long long _SPIN_NS = 200000          # idle spin before a worker sleeps (no copy running)
+cdef long long _SPIN_BUSY_NS = 20000      # the same while threads outnumber CPUs
 cdef long long _tp_list_lock = 0          # spin lock over _tp_jobs
 cdef _Job* _tp_jobs = NULL                # posted jobs, oldest first
 cdef long long _tp_gen = 0                # atomic: bumped whenever a job is posted
 cdef long long _tp_active = 0             # atomic: pipelined copies running (workers stay awake)
 cdef pthread_mutex_t _tp_sleep_lock       # guards _tp_sleepers and the sleep itself
 cdef pthread_cond_t _tp_wake              # idle workers sleep here
-cdef int _tp_sleepers = 0
+cdef long long _tp_sleepers = 0          # atomic: workers asleep, or about to sleep
 cdef int _tp_workers = 0                  # threads started (changed under _tp_sleep_lock)
 cdef int _tp_failed = 0                   # pthread_create failures (the callers copy alone)
 cdef int _tp_cap = 1                      # workers started for concurrent jobs: CPUs - 1
@@ -1442,11 +1444,10 @@ cdef _Job* _take_job() noexcept nogil:
 
 
 cdef void* _tp_worker(void* arg) noexcept nogil:
-    global _tp_sleepers
     cdef _Job* job
-    cdef long long gen, idle_since
+    cdef long long gen, idle_since, idle
     cdef int k
-    gen = -1
+    cdef bint crowded
     idle_since = etptr_now_ns()
     while True:
         job = _take_job()
@@ -1455,29 +1456,40 @@ cdef void* _tp_worker(void* arg) noexcept nogil:
             etptr_atomic_add(&job.refs, -1)
             idle_since = etptr_now_ns()
             continue
-        # nothing to do: spin until a job is posted; sleep when no copy is running
+        # Nothing to do: spin until a job is posted. Sleep when no copy is running,
+        # or soon when threads outnumber CPUs (spinning would slow the callers down).
         gen = etptr_atomic_load(&_tp_gen)
         while etptr_atomic_load(&_tp_gen) == gen:
-            if _tp_workers + etptr_atomic_load(&_tp_active) > _tp_ncpu:
-                sched_yield()         # more threads than CPUs: let the callers run
-            else:
-                for k in range(32):
-                    etptr_cpu_relax()
-            if etptr_atomic_load(&_tp_active) == 0 and etptr_now_ns() - idle_since > _SPIN_NS:
+            for k in range(32):
+                etptr_cpu_relax()
+            crowded = _tp_workers + etptr_atomic_load(&_tp_active) > _tp_ncpu
+            idle = etptr_now_ns() - idle_since
+            if (crowded and idle > _SPIN_BUSY_NS) or (
+                    etptr_atomic_load(&_tp_active) == 0 and idle > _SPIN_NS):
                 pthread_mutex_lock(&_tp_sleep_lock)
-                if etptr_atomic_load(&_tp_gen) == gen and etptr_atomic_load(&_tp_active) == 0:
-                    _tp_sleepers += 1
+                # Announce the sleep before looking at _tp_gen again: a poster bumps
+                # _tp_gen before it reads _tp_sleepers, so one of the two sees the other.
+                etptr_atomic_add(&_tp_sleepers, 1)
+                if etptr_atomic_load(&_tp_gen) == gen:
                     pthread_cond_wait(&_tp_wake, &_tp_sleep_lock)
-                    _tp_sleepers -= 1
+                etptr_atomic_add(&_tp_sleepers, -1)
                 pthread_mutex_unlock(&_tp_sleep_lock)
                 idle_since = etptr_now_ns()
+                break
     return NULL
 
 
-cdef void _tp_wake_all() noexcept nogil:
+cdef void _tp_wake_some(long long n) noexcept nogil:
+    """Wake up to ``n`` sleeping workers (call after bumping _tp_gen)."""
+    cdef long long i
+    if etptr_atomic_load(&_tp_sleepers) <= 0:
+        return
     pthread_mutex_lock(&_tp_sleep_lock)
-    if _tp_sleepers > 0:
+    if n >= _tp_sleepers:
         pthread_cond_broadcast(&_tp_wake)
+    else:
+        for i in range(n):
+            pthread_cond_signal(&_tp_wake)
     pthread_mutex_unlock(&_tp_sleep_lock)
 
 
@@ -1510,7 +1522,8 @@ cdef void _tp_begin(int threads) noexcept nogil:
     """A pipelined copy starts: wake the workers now (they spin until _tp_end)."""
     cdef long long active = etptr_atomic_add(&_tp_active, 1) + 1
     _tp_grow(threads, active)
-    _tp_wake_all()
+    etptr_atomic_add(&_tp_gen, 1)
+    _tp_wake_some(threads - 1)
 
 
 cdef void _tp_end() noexcept nogil:
@@ -1556,8 +1569,7 @@ cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads,
         p.link = &job
     etptr_spin_unlock(&_tp_list_lock)
     etptr_atomic_add(&_tp_gen, 1)
-    if etptr_atomic_load(&_tp_active) == 0:
-        _tp_wake_all()            # a copy outside a pipeline: workers may be asleep
+    _tp_wake_some(parts - 1)
     _run_pieces(&job)
     # every piece is taken: wait for the ones workers are copying
     while etptr_atomic_load(&job.done) < parts:
