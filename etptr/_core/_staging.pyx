@@ -1156,8 +1156,15 @@ def get_copy_config():
     """get_copy_config() -> dict
     --
 
-    The settings in force for this thread: ``threads``, ``slot_bytes``,
-    ``slots``, ``small_copy_bytes``.
+    The copy engine's settings in force for the calling thread: the
+    process-wide ones (:func:`set_copy_config`, ``ETPTR_COPY_CONFIG``),
+    overridden inside ``with etptr.cuda.copy_config(...)`` blocks of this thread.
+
+    Keys: ``threads`` (host threads copying each chunk; by default 16, or
+    fewer when the process may use fewer CPUs), ``slot_bytes`` (bytes per
+    pinned slot, the largest chunk), ``slots`` (pinned slots in flight),
+    ``small_copy_bytes`` (bytes up to which a pageable copy is one
+    ``cudaMemcpyAsync``, without the pipeline).
     """
     cdef CopyConfig cfg
     c_config(&cfg, None, None, None, None)

@@ -10,8 +10,8 @@ threshold) are process-wide (:func:`set_copy_config`, or the environment
 variable ``ETPTR_COPY_CONFIG="threads=16,slot_bytes=16777216,slots=3"`` read on
 first import), per thread for a block (:func:`copy_config`), or per call
 (keywords of :meth:`CudaAllocator.copy_host_to_device` / ``copy_device_to_host``).
-The defaults (16 threads at most, 16 MiB slots, 3 slots, 256 KiB small-copy
-threshold) come from ``bench/sweep_copy.py`` on an H200 host (PCIe Gen5 x16);
+The defaults (16 threads, or one per CPU the process may use when fewer;
+16 MiB slots, 3 slots, 256 KiB small-copy threshold) come from ``bench/sweep_copy.py`` on an H200 host (PCIe Gen5 x16);
 its output is ``bench/sweep_copy.txt``.
 
 Processes: CUDA does not survive ``os.fork()``. In a child forked after CUDA
@@ -21,7 +21,7 @@ such workers with the 'spawn' start method. Tensors inherited from the parent
 are released there without calling CUDA, and host-only etptr works as usual.
 A child forked before CUDA was first used may use CUDA itself.
 """
-from contextlib import contextmanager
+import contextlib as _contextlib
 
 from etptr._core._staging import (
     DEFAULT_MAX_CACHED_BYTES,
@@ -83,7 +83,7 @@ def unavailable_reason():
     return None if n > 0 else "CuPy finds no CUDA device"
 
 
-@contextmanager
+@_contextlib.contextmanager
 def copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None):
     """copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None)
 
