@@ -11,7 +11,7 @@ HERE = Path(__file__).parent
 DIRECTIVES = {
     "language_level": 3,
     "binding": True,
-    "embedsignature": True,
+    "embedsignature": False,   # binding=True: inspect.signature() and help() read the signature
     "cdivision": True,
 }
 if os.environ.get("ETPTR_CYTHON_DEBUG") == "1":

@@ -84,7 +84,7 @@ def devices() -> None:
         back = etptr.clone_tensor_ptr_to(dev, "cpu")
         assert back.numpy().tolist() == [0, 1, 2, 3, 4, 5]
         z = etptr.zeros([2, 3], device="cuda")     # makers allocate through the registry
-        print("devices (cuda:0 here is host memory, HostMemoryAllocator above):", dev, z,
+        print("devices: (cuda:0 is host memory here, see HostMemoryAllocator)", dev, z,
               sep="\n  ")
         del dev, z
     assert not alloc.blocks                          # every block went back to the allocator

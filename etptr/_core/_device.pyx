@@ -47,7 +47,6 @@ cdef int _check_type(object type, str argname) except -1:
 
 cdef class Device:
     """Device(type, index=0)
-    --
 
     Where a tensor's memory lives: a :class:`DeviceType` and an index.
 
@@ -150,10 +149,7 @@ cdef Device c_device(object spec, str argname):
 
 
 def as_device(spec, argname="device"):
-    """as_device(spec) -> Device
-    --
-
-    Parse a device spelling: a :class:`Device`, a :class:`DeviceType`, or
+    """Parse a device spelling: a :class:`Device`, a :class:`DeviceType`, or
     ``"cpu"``, ``"cuda"``, ``"cuda:N"``. ``"cuda"`` means ``cuda:0``.
     """
     return c_device(spec, argname)

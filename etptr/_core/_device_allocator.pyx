@@ -18,7 +18,6 @@ DEFAULT_ALIGNMENT = 8  # bytes, ExecuTorch's kDefaultAlignment
 
 cdef class DeviceAllocator:
     """DeviceAllocator()
-    --
 
     Interface of an allocator of device memory (ExecuTorch ``DeviceAllocator``).
 
@@ -55,10 +54,7 @@ cdef class DeviceAllocator:
                     f"{type(self).__name__}.device_type must be implemented by subclasses")
 
     def allocate(self, nbytes, index, alignment=DEFAULT_ALIGNMENT):
-        """allocate(nbytes, index, alignment=DEFAULT_ALIGNMENT) -> int
-        --
-
-        Allocate ``nbytes`` bytes on device ``index`` and return the address.
+        """Allocate ``nbytes`` bytes on device ``index`` and return the address.
 
         Parameters
         ----------
@@ -75,48 +71,33 @@ cdef class DeviceAllocator:
                     f"{type(self).__name__}.allocate must be implemented by subclasses")
 
     def deallocate(self, ptr, index):
-        """deallocate(ptr, index) -> None
-        --
-
-        Free memory from :meth:`allocate`. ``ptr == 0`` is a no-op.
+        """Free memory from :meth:`allocate`. ``ptr == 0`` is a no-op.
         """
         raise_error(Error.NotSupported,
                     f"{type(self).__name__}.deallocate must be implemented by subclasses")
 
     def copy_host_to_device(self, dst, src, nbytes, index):
-        """copy_host_to_device(dst, src, nbytes, index) -> None
-        --
-
-        Copy ``nbytes`` bytes from host address ``src`` to device address ``dst``.
+        """Copy ``nbytes`` bytes from host address ``src`` to device address ``dst``.
         Synchronous from the caller's view: ``src`` may be reused on return.
         """
         raise_error(Error.NotSupported,
                     f"{type(self).__name__}.copy_host_to_device must be implemented by subclasses")
 
     def copy_device_to_host(self, dst, src, nbytes, index):
-        """copy_device_to_host(dst, src, nbytes, index) -> None
-        --
-
-        Copy ``nbytes`` bytes from device address ``src`` to host address ``dst``.
+        """Copy ``nbytes`` bytes from device address ``src`` to host address ``dst``.
         Synchronous from the caller's view: ``dst`` holds the data on return.
         """
         raise_error(Error.NotSupported,
                     f"{type(self).__name__}.copy_device_to_host must be implemented by subclasses")
 
     def resolve_index(self, index):
-        """resolve_index(index) -> int
-        --
-
-        The device index that ``index`` stands for: -1 (the current device)
+        """The device index that ``index`` stands for: -1 (the current device)
         becomes a concrete index. The base class maps -1 to 0.
         """
         return 0 if index == -1 else index
 
     def allocate_host(self, nbytes, index):
-        """allocate_host(nbytes, index) -> buffer or None
-        --
-
-        Optional hook: host memory that device->host clones land in (e.g. a
+        """Optional hook: host memory that device->host clones land in (e.g. a
         page-locked block). The object must expose a writable buffer of at
         least ``nbytes`` bytes and owns the memory; ``None`` (the default)
         makes etptr use ordinary pageable memory.
@@ -228,18 +209,12 @@ cdef class DeviceAllocatorRegistry:
 
     @staticmethod
     def instance():
-        """instance() -> DeviceAllocatorRegistry
-        --
-
-        The process-wide registry.
+        """The process-wide registry.
         """
         return _REGISTRY
 
     def register_allocator(self, alloc):
-        """register_allocator(alloc) -> None
-        --
-
-        Register ``alloc`` for ``alloc.device_type``.
+        """Register ``alloc`` for ``alloc.device_type``.
 
         Raises
         ------
@@ -264,10 +239,7 @@ cdef class DeviceAllocatorRegistry:
                         f"{type(prev).__name__}; one allocator per device type")
 
     def get_allocator(self, device_type):
-        """get_allocator(device_type) -> DeviceAllocator | None
-        --
-
-        The allocator registered for ``device_type``, or None. The first
+        """The allocator registered for ``device_type``, or None. The first
         lookup of CUDA registers :class:`etptr.cuda.CudaAllocator` when CuPy
         imports and a CUDA device exists.
         """
@@ -278,10 +250,7 @@ cdef DeviceAllocatorRegistry _REGISTRY = DeviceAllocatorRegistry.__new__(DeviceA
 
 
 def register_device_allocator(alloc):
-    """register_device_allocator(alloc) -> None
-    --
-
-    Register ``alloc`` in the process-wide registry
+    """Register ``alloc`` in the process-wide registry
     (ExecuTorch ``register_device_allocator``). See
     :meth:`DeviceAllocatorRegistry.register_allocator` for the errors raised.
     """
@@ -289,10 +258,7 @@ def register_device_allocator(alloc):
 
 
 def get_device_allocator(device_type):
-    """get_device_allocator(device_type) -> DeviceAllocator | None
-    --
-
-    The allocator registered for ``device_type``, or None
+    """The allocator registered for ``device_type``, or None
     (ExecuTorch ``get_device_allocator``).
     """
     return c_get_allocator(_device_type_arg(device_type))

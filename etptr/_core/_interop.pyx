@@ -370,10 +370,7 @@ cdef tuple _request(object obj, object dl_device, object copy):
 
 
 def from_dlpack(obj, *, device=None, copy=None):
-    """from_dlpack(obj, *, device=None, copy=None) -> TensorPtr
-    --
-
-    A TensorPtr over the memory of a DLPack producer, without copying.
+    """A TensorPtr over the memory of a DLPack producer, without copying.
 
     ``obj`` is anything with ``__dlpack__`` and ``__dlpack_device__`` (a
     NumPy array on the CPU, a CuPy array or torch tensor on CUDA, another
@@ -533,10 +530,7 @@ cdef int64_t _cai_int(object v, str argname) except? -1:
 
 
 def from_cuda_array_interface(obj, *, device=None):
-    """from_cuda_array_interface(obj, *, device=None) -> TensorPtr
-    --
-
-    A TensorPtr over the memory ``obj.__cuda_array_interface__`` describes.
+    """A TensorPtr over the memory ``obj.__cuda_array_interface__`` describes.
 
     Reads the CUDA Array Interface (version 3): ``shape``, ``typestr`` (a
     NumPy type string, native byte order), ``data`` (address, read-only

@@ -106,10 +106,7 @@ cdef object c_scalar_type(object t, str argname):
 
 
 def element_size(t):
-    """element_size(t) -> int
-    --
-
-    Size in bytes of one element of scalar type ``t``.
+    """Size in bytes of one element of scalar type ``t``.
 
     Mirrors ExecuTorch ``elementSize(ScalarType)``.
 
@@ -124,10 +121,7 @@ def element_size(t):
 
 
 def can_cast(from_t, to_t):
-    """can_cast(from_t, to_t) -> bool
-    --
-
-    Whether a value of ``from_t`` may be cast to ``to_t`` (ExecuTorch ``canCast``).
+    """Whether a value of ``from_t`` may be cast to ``to_t`` (ExecuTorch ``canCast``).
 
     Refuses complex -> non-complex, floating (Half, BFloat16, Float, Double,
     Float8) -> Byte/Char/Short/Int/Long, and any non-Bool -> Bool. UInt16/32/64
@@ -181,10 +175,7 @@ cdef object c_numpy_dtype(int t):
 
 
 def scalar_type_to_numpy(t):
-    """scalar_type_to_numpy(t) -> numpy.dtype
-    --
-
-    The NumPy dtype holding elements of scalar type ``t``.
+    """The NumPy dtype holding elements of scalar type ``t``.
 
     BFloat16 and the Float8 types map to ``ml_dtypes`` dtypes.
 
@@ -198,10 +189,7 @@ def scalar_type_to_numpy(t):
 
 
 def scalar_type_from_numpy(dtype):
-    """scalar_type_from_numpy(dtype) -> ScalarType
-    --
-
-    The ScalarType of NumPy dtype ``dtype`` (anything ``numpy.dtype()`` accepts).
+    """The ScalarType of NumPy dtype ``dtype`` (anything ``numpy.dtype()`` accepts).
 
     Mirrors ExecuTorch ``CppTypeToScalarType``.
 

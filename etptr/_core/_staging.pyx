@@ -568,10 +568,7 @@ cdef int64_t c_size_class(int64_t nbytes) noexcept nogil:
 
 
 def size_class(nbytes):
-    """size_class(nbytes) -> int
-    --
-
-    The bytes a :class:`PinnedHostPool` reserves for a request of ``nbytes``
+    """The bytes a :class:`PinnedHostPool` reserves for a request of ``nbytes``
     bytes: whole 4 KiB pages up to 32 KiB, then eight classes per power of
     two (waste below 1/8 of the block).
     """
@@ -723,7 +720,6 @@ _pools = weakref.WeakSet()    # every PinnedHostPool, to be emptied in a child a
 @cython.final
 cdef class PinnedHostPool:
     """PinnedHostPool(max_cached_bytes=DEFAULT_MAX_CACHED_BYTES)
-    --
 
     A thread-safe caching pool of page-locked (pinned) host memory.
 
@@ -915,10 +911,7 @@ cdef class PinnedHostPool:
 
     # -------------------------------------------------------------- Python level
     def malloc(self, nbytes, device=-1):
-        """malloc(nbytes, device=-1) -> PinnedBlock
-        --
-
-        A block of at least ``nbytes`` bytes of page-locked host memory.
+        """A block of at least ``nbytes`` bytes of page-locked host memory.
 
         Parameters
         ----------
@@ -940,10 +933,7 @@ cdef class PinnedHostPool:
         return self.c_malloc(n, dev)
 
     def empty_cache(self):
-        """empty_cache() -> None
-        --
-
-        Free every cached block (blocks in use are kept). A block whose last
+        """Free every cached block (blocks in use are kept). A block whose last
         copy may still run is freed once that copy has completed.
         """
         cdef _Slab slab
@@ -961,10 +951,7 @@ cdef class PinnedHostPool:
             _free_slab(slab)
 
     def stats(self):
-        """stats() -> dict
-        --
-
-        Counters, all in bytes except the counts: ``in_use_bytes`` (blocks
+        """Counters, all in bytes except the counts: ``in_use_bytes`` (blocks
         handed out, by size class), ``requested_bytes`` (what their callers
         asked for), ``cached_bytes``, ``held_bytes`` (in use + cached: the
         page-locked memory held), ``peak_bytes`` (highest ``held_bytes``),
@@ -1008,10 +995,7 @@ cdef class PinnedHostPool:
         c.blocks_cached = len(self.c_order)
 
     def reset_peak(self):
-        """reset_peak() -> None
-        --
-
-        Set ``peak_bytes`` to the bytes held now.
+        """Set ``peak_bytes`` to the bytes held now.
         """
         if _forked_after_init:
             self.c_peak = self.c_in_use + self.c_cached
@@ -1052,10 +1036,7 @@ cdef PinnedHostPool c_default_pool():
 
 
 def get_pinned_host_pool():
-    """get_pinned_host_pool() -> PinnedHostPool
-    --
-
-    The process-wide pool behind pinned clones, copy slots and ``pinned=True`` makers.
+    """The process-wide pool behind pinned clones, copy slots and ``pinned=True`` makers.
     """
     return _POOL
 
@@ -1109,10 +1090,7 @@ cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slo
 
 
 def set_copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None):
-    """set_copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None) -> None
-    --
-
-    Change the copy engine's process-wide settings (None keeps a setting).
+    """Change the copy engine's process-wide settings (None keeps a setting).
 
     Parameters
     ----------
@@ -1153,10 +1131,7 @@ def _config_from_env():
 
 
 def get_copy_config():
-    """get_copy_config() -> dict
-    --
-
-    The copy engine's settings in force for the calling thread: the
+    """The copy engine's settings in force for the calling thread: the
     process-wide ones (:func:`set_copy_config`, ``ETPTR_COPY_CONFIG``),
     overridden inside ``with etptr.cuda.copy_config(...)`` blocks of this thread.
 

@@ -399,10 +399,7 @@ cdef class TensorPtr:
         return c_element_size(self.c_type)
 
     def size(self, d):
-        """size(d) -> int
-        --
-
-        Size of dim ``d``; a negative ``d`` counts from the end.
+        """Size of dim ``d``; a negative ``d`` counts from the end.
 
         Raises
         ------
@@ -433,10 +430,7 @@ cdef class TensorPtr:
 
     # -------------------------------------------------------------- interop
     def numpy(self):
-        """numpy() -> numpy.ndarray
-        --
-
-        A zero-copy NumPy view of a CPU tensor, with its sizes and strides.
+        """A zero-copy NumPy view of a CPU tensor, with its sizes and strides.
 
         The view keeps the tensor alive. It is writable unless the tensor's
         memory came from a read-only buffer. BFloat16 and Float8 views use
@@ -468,6 +462,17 @@ cdef class TensorPtr:
                           strides=tuple([self.c_strides[i] * itemsize for i in range(self.c_dim)]))
 
     def __array__(self, dtype=None, copy=None):
+        """NumPy's array protocol: :meth:`numpy` (zero-copy), cast to ``dtype`` or
+        copied when asked.
+
+        Raises
+        ------
+        ValueError
+            ``copy=False`` with a ``dtype`` that needs a copy.
+        NotSupportedError
+            As :meth:`numpy`: the tensor lives on a device, or its scalar type
+            has no NumPy dtype.
+        """
         a = self.numpy()
         if dtype is not None and np.dtype(dtype) != a.dtype:
             if copy is False:
@@ -501,10 +506,7 @@ cdef class TensorPtr:
         }
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None) -> PyCapsule
-        --
-
-        Export the tensor as a DLPack capsule (zero-copy unless ``copy=True``).
+        """Export the tensor as a DLPack capsule (zero-copy unless ``copy=True``).
 
         A versioned (DLPack 1.x) capsule when ``max_version`` allows it, with
         the read-only flag for read-only memory; a legacy capsule otherwise.
@@ -521,10 +523,7 @@ cdef class TensorPtr:
         return _to_dlpack(self, stream, max_version, dl_device, copy)
 
     def __dlpack_device__(self):
-        """__dlpack_device__() -> (int, int)
-        --
-
-        ``(kDLCPU=1, 0)`` for CPU tensors, ``(kDLCUDA=2, index)`` for CUDA tensors.
+        """``(kDLCPU=1, 0)`` for CPU tensors, ``(kDLCUDA=2, index)`` for CUDA tensors.
         """
         return _dlpack_device(self)
 
@@ -975,10 +974,7 @@ cdef TensorPtr _view(TensorPtr src, object sizes, object dim_order, object strid
 
 def make_tensor_ptr(sizes, data=_MISSING, dim_order=None, strides=None, type=None,
                     dynamism=TensorShapeDynamism.DYNAMIC_BOUND, deleter=None, device=_MISSING):
-    """make_tensor_ptr(sizes, data, dim_order=None, strides=None, type=None, dynamism=DYNAMIC_BOUND, deleter=None, device="cpu") -> TensorPtr
-    --
-
-    Make a tensor: ExecuTorch's ``make_tensor_ptr`` overload set, picked by ``data``.
+    """Make a tensor: ExecuTorch's ``make_tensor_ptr`` overload set, picked by ``data``.
 
     =================================  ===================================================
     ``data``                           behaviour
@@ -1104,10 +1100,7 @@ cdef TensorPtr _place(TensorPtr t, Device device):
 
 
 def clone_tensor_ptr(tensor, type=None):
-    """clone_tensor_ptr(tensor, type=None) -> TensorPtr
-    --
-
-    Deep copy of a CPU tensor with the same metadata, optionally cast.
+    """Deep copy of a CPU tensor with the same metadata, optionally cast.
 
     Mirrors ExecuTorch ``clone_tensor_ptr``. A cast converts each element as a
     C cast would (floats truncate towards zero, out-of-range integers wrap);
@@ -1160,10 +1153,7 @@ cdef TensorPtr _clone_tensor_ptr(TensorPtr src, object type):
 
 
 def resize_tensor_ptr(tensor, sizes):
-    """resize_tensor_ptr(tensor, sizes) -> None
-    --
-
-    Resize ``tensor`` in place with ExecuTorch's rules (``resize_tensor_ptr``).
+    """Resize ``tensor`` in place with ExecuTorch's rules (``resize_tensor_ptr``).
 
     The rank may not change; a STATIC tensor may not change its sizes;
     DYNAMIC_BOUND and DYNAMIC_UNBOUND tensors may hold at most the element
@@ -1282,10 +1272,7 @@ cdef TensorPtr c_host_empty_pinned(Metadata meta, int type, int dynamism):
 
 
 def clone_tensor_ptr_to(tensor, device, *, stream=None, pinned=True):
-    """clone_tensor_ptr_to(tensor, device, *, stream=None, pinned=True) -> TensorPtr
-    --
-
-    Copy ``tensor`` between the host and a device (ExecuTorch ``clone_tensor_ptr_to``).
+    """Copy ``tensor`` between the host and a device (ExecuTorch ``clone_tensor_ptr_to``).
 
     CPU -> device goes through the allocator registered for the device type;
     device -> CPU through the source device's allocator. The result keeps
@@ -1391,10 +1378,7 @@ cdef TensorPtr c_clone_tensor_ptr_to(TensorPtr tensor, object device, object str
 
 
 def clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None):
-    """clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None) -> TensorPtr
-    --
-
-    Copy a CPU tensor to a device; ``device_index``, when given, replaces the
+    """Copy a CPU tensor to a device; ``device_index``, when given, replaces the
     device's index. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
     cdef TensorPtr src = c_tensor_arg(tensor, "tensor")
@@ -1408,9 +1392,6 @@ def clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None):
 
 
 def clone_tensor_ptr_to_cpu(tensor):
-    """clone_tensor_ptr_to_cpu(tensor) -> TensorPtr
-    --
-
-    Copy a device tensor to the CPU. See :func:`clone_tensor_ptr_to` for the errors raised.
+    """Copy a device tensor to the CPU. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
     return c_clone_tensor_ptr_to(c_tensor_arg(tensor, "tensor"), _CPU, None, True)

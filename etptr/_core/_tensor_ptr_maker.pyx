@@ -29,10 +29,7 @@ cdef object _rng = np.random.default_rng()
 
 
 def manual_seed(seed):
-    """manual_seed(seed) -> None
-    --
-
-    Seed the generator behind ``rand*``, ``randn*`` and ``randint*``.
+    """Seed the generator behind ``rand*``, ``randn*`` and ``randint*``.
     """
     global _rng
     try:
@@ -109,20 +106,14 @@ cdef class TensorPtrMaker:
         return self
 
     def make_tensor_ptr(self):
-        """make_tensor_ptr() -> TensorPtr
-        --
-
-        Build the tensor. Raises what :func:`etptr.make_tensor_ptr` raises.
+        """Build the tensor. Raises what :func:`etptr.make_tensor_ptr` raises.
         """
         return make_tensor_ptr(self._sizes, self._data, self._dim_order, self._strides,
                                self._type, self._dynamism, self._deleter, self._device)
 
 
 def for_blob(data, sizes, type=6):
-    """for_blob(data, sizes, type=ScalarType.Float) -> TensorPtrMaker
-    --
-
-    A builder for a tensor over existing memory (ExecuTorch ``for_blob``).
+    """A builder for a tensor over existing memory (ExecuTorch ``for_blob``).
 
     Parameters
     ----------
@@ -141,10 +132,7 @@ def for_blob(data, sizes, type=6):
 
 def from_blob(data, sizes, type=6, *, dim_order=None, strides=None,
               dynamism=_BOUND, deleter=None, device="cpu"):
-    """from_blob(data, sizes, type=ScalarType.Float, *, dim_order=None, strides=None, dynamism=DYNAMIC_BOUND, deleter=None, device="cpu") -> TensorPtr
-    --
-
-    A tensor aliasing existing memory (ExecuTorch ``from_blob``).
+    """A tensor aliasing existing memory (ExecuTorch ``from_blob``).
 
     ``data`` is an int address (not owned; ``deleter(address)`` runs once when
     the tensor dies) or a buffer (aliased and kept alive). ``device`` labels
@@ -234,10 +222,7 @@ cdef Metadata _like_meta(TensorPtr src):
 # ------------------------------------------------------------------ empty
 
 def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """empty(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    An uninitialised, contiguous tensor (ExecuTorch ``empty``).
+    """An uninitialised, contiguous tensor (ExecuTorch ``empty``).
 
     Parameters
     ----------
@@ -260,10 +245,7 @@ def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
 
 
 def empty_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """empty_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    An uninitialised tensor with the layout ``strides`` (in elements) describe
+    """An uninitialised tensor with the layout ``strides`` (in elements) describe
     (ExecuTorch ``empty_strided``). The strides must follow from some
     dim_order, as in :func:`make_tensor_ptr`; else ``InvalidArgumentError``.
     """
@@ -272,10 +254,7 @@ def empty_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinn
 
 
 def empty_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
-    """empty_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
-    --
-
-    An uninitialised tensor with ``other``'s sizes and strides; ``type`` and
+    """An uninitialised tensor with ``other``'s sizes and strides; ``type`` and
     ``device`` default to ``other``'s (ExecuTorch ``empty_like``).
     """
     cdef TensorPtr o = c_tensor_arg(other, "other")
@@ -287,10 +266,7 @@ def empty_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
 # ------------------------------------------------------------------ full / zeros / ones
 
 def full(sizes, fill_value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """full(sizes, fill_value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    A contiguous tensor with every element ``fill_value`` cast to ``type``
+    """A contiguous tensor with every element ``fill_value`` cast to ``type``
     (ExecuTorch ``full``).
 
     Raises
@@ -304,10 +280,7 @@ def full(sizes, fill_value, type=6, dynamism=_BOUND, *, device="cpu", pinned=Fal
 
 
 def full_strided(sizes, strides, fill_value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """full_strided(sizes, strides, fill_value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    :func:`full` with the layout ``strides`` (in elements) describe (ExecuTorch ``full_strided``).
+    """:func:`full` with the layout ``strides`` (in elements) describe (ExecuTorch ``full_strided``).
     """
     value = _fill_value(fill_value, "fill_value")
     return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
@@ -315,10 +288,7 @@ def full_strided(sizes, strides, fill_value, type=6, dynamism=_BOUND, *, device=
 
 
 def full_like(other, fill_value, type=None, dynamism=_BOUND, *, device=None, pinned=False):
-    """full_like(other, fill_value, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
-    --
-
-    :func:`full` with ``other``'s sizes and strides; ``type`` and ``device``
+    """:func:`full` with ``other``'s sizes and strides; ``type`` and ``device``
     default to ``other``'s (ExecuTorch ``full_like``).
     """
     cdef TensorPtr o = c_tensor_arg(other, "other")
@@ -330,29 +300,20 @@ def full_like(other, fill_value, type=None, dynamism=_BOUND, *, device=None, pin
 
 
 def scalar_tensor(value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """scalar_tensor(value, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    A 0-dim tensor holding ``value`` cast to ``type`` (ExecuTorch ``scalar_tensor``).
+    """A 0-dim tensor holding ``value`` cast to ``type`` (ExecuTorch ``scalar_tensor``).
     """
     return full((), value, type, dynamism, device=device, pinned=pinned)
 
 
 def zeros(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """zeros(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    A contiguous tensor of zero bytes (ExecuTorch ``zeros``); works for every scalar type.
+    """A contiguous tensor of zero bytes (ExecuTorch ``zeros``); works for every scalar type.
     """
     return _zeros(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
                   c_device(device, "device"), pinned)
 
 
 def zeros_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
-    """zeros_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
-    --
-
-    :func:`zeros` with ``other``'s sizes and strides (ExecuTorch ``zeros_like``).
+    """:func:`zeros` with ``other``'s sizes and strides (ExecuTorch ``zeros_like``).
     """
     cdef TensorPtr o = c_tensor_arg(other, "other")
     return _zeros(_like_meta(o), c_type_arg(type, o.c_type),
@@ -370,19 +331,13 @@ cdef TensorPtr _zeros(Metadata meta, int type, int dyn, Device device, bint pinn
 
 
 def ones(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """ones(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    A contiguous tensor of ones (ExecuTorch ``ones``).
+    """A contiguous tensor of ones (ExecuTorch ``ones``).
     """
     return full_strided(sizes, None, 1, type, dynamism, device=device, pinned=pinned)
 
 
 def ones_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
-    """ones_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
-    --
-
-    :func:`ones` with ``other``'s sizes and strides (ExecuTorch ``ones_like``).
+    """:func:`ones` with ``other``'s sizes and strides (ExecuTorch ``ones_like``).
     """
     return full_like(other, 1, type, dynamism, device=device, pinned=pinned)
 
@@ -390,10 +345,7 @@ def ones_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
 # ------------------------------------------------------------------ random
 
 def rand(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """rand(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    Uniform samples in [0, 1) cast to ``type`` (ExecuTorch ``rand``; an
+    """Uniform samples in [0, 1) cast to ``type`` (ExecuTorch ``rand``; an
     integral type therefore gives zeros).
     """
     return _filled(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
@@ -401,20 +353,14 @@ def rand(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
 
 
 def rand_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """rand_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    :func:`rand` with the layout ``strides`` describe (ExecuTorch ``rand_strided``).
+    """:func:`rand` with the layout ``strides`` describe (ExecuTorch ``rand_strided``).
     """
     return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
                    c_device(device, "device"), _fill_uniform, pinned)
 
 
 def rand_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
-    """rand_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
-    --
-
-    :func:`rand` with ``other``'s sizes and strides (ExecuTorch ``rand_like``).
+    """:func:`rand` with ``other``'s sizes and strides (ExecuTorch ``rand_like``).
     """
     cdef TensorPtr o = c_tensor_arg(other, "other")
     return _filled(_like_meta(o), c_type_arg(type, o.c_type),
@@ -424,30 +370,21 @@ def rand_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
 
 
 def randn(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """randn(sizes, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    Standard normal samples cast to ``type`` (ExecuTorch ``randn``).
+    """Standard normal samples cast to ``type`` (ExecuTorch ``randn``).
     """
     return _filled(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
                    c_device(device, "device"), _fill_normal, pinned)
 
 
 def randn_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """randn_strided(sizes, strides, type=ScalarType.Float, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    :func:`randn` with the layout ``strides`` describe (ExecuTorch ``randn_strided``).
+    """:func:`randn` with the layout ``strides`` describe (ExecuTorch ``randn_strided``).
     """
     return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
                    c_device(device, "device"), _fill_normal, pinned)
 
 
 def randn_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
-    """randn_like(other, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
-    --
-
-    :func:`randn` with ``other``'s sizes and strides (ExecuTorch ``randn_like``).
+    """:func:`randn` with ``other``'s sizes and strides (ExecuTorch ``randn_like``).
     """
     cdef TensorPtr o = c_tensor_arg(other, "other")
     return _filled(_like_meta(o), c_type_arg(type, o.c_type),
@@ -457,10 +394,7 @@ def randn_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
 
 
 def randint(low, high, sizes, type=3, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """randint(low, high, sizes, type=ScalarType.Int, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    Integers drawn uniformly from [low, high) cast to ``type`` (ExecuTorch ``randint``).
+    """Integers drawn uniformly from [low, high) cast to ``type`` (ExecuTorch ``randint``).
 
     Raises
     ------
@@ -473,10 +407,7 @@ def randint(low, high, sizes, type=3, dynamism=_BOUND, *, device="cpu", pinned=F
 
 
 def randint_strided(low, high, sizes, strides, type=3, dynamism=_BOUND, *, device="cpu", pinned=False):
-    """randint_strided(low, high, sizes, strides, type=ScalarType.Int, dynamism=DYNAMIC_BOUND, *, device="cpu", pinned=False) -> TensorPtr
-    --
-
-    :func:`randint` with the layout ``strides`` describe (ExecuTorch ``randint_strided``).
+    """:func:`randint` with the layout ``strides`` describe (ExecuTorch ``randint_strided``).
     """
     _check_range(low, high)
     return _filled(_meta(sizes, strides), c_type_arg(type, 3), c_dynamism_arg(dynamism),
@@ -484,10 +415,7 @@ def randint_strided(low, high, sizes, strides, type=3, dynamism=_BOUND, *, devic
 
 
 def randint_like(other, low, high, type=None, dynamism=_BOUND, *, device=None, pinned=False):
-    """randint_like(other, low, high, type=None, dynamism=DYNAMIC_BOUND, *, device=None, pinned=False) -> TensorPtr
-    --
-
-    :func:`randint` with ``other``'s sizes and strides (ExecuTorch ``randint_like``).
+    """:func:`randint` with ``other``'s sizes and strides (ExecuTorch ``randint_like``).
     """
     cdef TensorPtr o = c_tensor_arg(other, "other")
     _check_range(low, high)

@@ -75,7 +75,6 @@ cdef object _cupy_stream(object cp, object stream):
 @cython.final
 cdef class CudaAllocator(DeviceAllocator):
     """CudaAllocator()
-    --
 
     The :class:`~etptr.DeviceAllocator` for ``DeviceType.CUDA`` (ExecuTorch
     ``CudaAllocator``), backed by CuPy.
@@ -147,10 +146,7 @@ cdef class CudaAllocator(DeviceAllocator):
 
     # -------------------------------------------------------------- DeviceAllocator
     def resolve_index(self, index):
-        """resolve_index(index) -> int
-        --
-
-        The device ``index`` stands for: -1 becomes the current CUDA device.
+        """The device ``index`` stands for: -1 becomes the current CUDA device.
 
         Raises
         ------
@@ -163,10 +159,7 @@ cdef class CudaAllocator(DeviceAllocator):
         return self.c_device(index)
 
     def allocate(self, nbytes, index, alignment=DEFAULT_ALIGNMENT, *, stream=None):
-        """allocate(nbytes, index, alignment=DEFAULT_ALIGNMENT, *, stream=None) -> int
-        --
-
-        Allocate ``nbytes`` bytes on CUDA device ``index`` from CuPy's memory
+        """Allocate ``nbytes`` bytes on CUDA device ``index`` from CuPy's memory
         pool and return the device address (0 for ``nbytes == 0``).
 
         Parameters
@@ -229,10 +222,7 @@ cdef class CudaAllocator(DeviceAllocator):
         return ptr
 
     def deallocate(self, ptr, index):
-        """deallocate(ptr, index) -> None
-        --
-
-        Give memory from :meth:`allocate` back to CuPy's pool. ``ptr == 0`` is a no-op.
+        """Give memory from :meth:`allocate` back to CuPy's pool. ``ptr == 0`` is a no-op.
         In a process forked after CUDA was initialised, the memory belongs to
         the parent's context: it is forgotten, without a CUDA call.
 
@@ -266,10 +256,7 @@ cdef class CudaAllocator(DeviceAllocator):
 
     def copy_host_to_device(self, dst, src, nbytes, index, *, stream=None, threads=None,
                             slot_bytes=None, slots=None, small_copy_bytes=None):
-        """copy_host_to_device(dst, src, nbytes, index, *, stream=None, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None) -> None
-        --
-
-        Copy ``nbytes`` bytes from host address ``src`` to device address
+        """Copy ``nbytes`` bytes from host address ``src`` to device address
         ``dst`` on device ``index`` (H2D).
 
         A page-locked ``src`` goes up in one DMA; a pageable one up to
@@ -312,10 +299,7 @@ cdef class CudaAllocator(DeviceAllocator):
 
     def copy_device_to_host(self, dst, src, nbytes, index, *, stream=None, threads=None,
                             slot_bytes=None, slots=None, small_copy_bytes=None):
-        """copy_device_to_host(dst, src, nbytes, index, *, stream=None, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None) -> None
-        --
-
-        Copy ``nbytes`` bytes from device address ``src`` on device ``index``
+        """Copy ``nbytes`` bytes from device address ``src`` on device ``index``
         to host address ``dst`` (D2H).
 
         Into page-locked memory (a :class:`~etptr.cuda.PinnedBlock`, or other
@@ -354,10 +338,7 @@ cdef class CudaAllocator(DeviceAllocator):
         c_copy_d2h(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg)
 
     def allocate_host(self, nbytes, index):
-        """allocate_host(nbytes, index) -> PinnedBlock | None
-        --
-
-        A block of page-locked host memory from the process-wide
+        """A block of page-locked host memory from the process-wide
         :class:`~etptr.cuda.PinnedHostPool` (None for 0 bytes), pinned under
         device ``index``. Device -> host clones land in it with one DMA, and
         the block goes back to the pool when the tensor holding it dies.
