@@ -8,7 +8,7 @@ stream, cudaMemcpy), the pieces of an etptr clone (pool block, device
 allocation, one copy call), and whole 4-byte clones next to cupy.asarray /
 ndarray.get. Then 256 MiB uploads from host arrays
 filled in different ways, alternated, to see whether the source's history
-changes the rate. bench/probe_small.txt keeps a run.
+changes the rate. bench/results/h200x2_probe_small.txt keeps a run.
 """
 import statistics
 import sys
