@@ -189,6 +189,15 @@ def make(ndev=2, device_bytes=1 << 30):
         if h not in state.events:
             raise CUDARuntimeError(400, "unknown event")
 
+    def pointerGetRange(ptr):
+        # not in CuPy: the driver's CU_POINTER_ATTRIBUTE_RANGE_START_ADDR / _SIZE, which
+        # etptr's shims ask a stand-in for this way
+        for mem in (state.dev, state.host):
+            base = mem.owner(ptr)
+            if base is not None:
+                return base, mem.size(base)
+        raise CUDARuntimeError(1, f"{ptr:#x}: not memory CUDA knows")
+
     def pointerGetAttributes(ptr):
         _need_context()
         if state.host.owner(ptr) is not None:
@@ -200,7 +209,7 @@ def make(ndev=2, device_bytes=1 << 30):
     for f in (getDeviceCount, getDevice, setDevice, hostAlloc, freeHost, memcpyAsync, memcpy,
               streamCreateWithFlags, streamDestroy, streamSynchronize, streamWaitEvent,
               eventCreateWithFlags, eventDestroy, eventRecord, eventQuery, eventSynchronize,
-              pointerGetAttributes):
+              pointerGetAttributes, pointerGetRange):
         setattr(rt, f.__name__, f)
 
     drv = types.SimpleNamespace()

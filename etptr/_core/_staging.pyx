@@ -57,6 +57,7 @@ cdef enum:
     _MEMORY_TYPE_HOST = 1
 
 cdef int64_t _PAGE = 4096
+cdef int64_t _MAX_PIN = (<int64_t>1) << 62   # larger requests are refused (size classes overflow)
 cdef int64_t _MIN_PIECE = 128 * 1024   # below this a chunk is copied by one thread
 
 DEFAULT_MAX_CACHED_BYTES = 2 << 30
@@ -155,7 +156,8 @@ cdef object c_cupy():
 
 def _set_backend(module):
     """Use ``module`` as CuPy (None: import CuPy again on next use). For tests."""
-    global _cp, _rt, _drv, _CudaError, _current_stream, _driver_why
+    global _cp, _rt, _drv, _CudaError, _current_stream, _driver_why, _ndev
+    _ndev = -1
     with _engines_lock:
         _engines.clear()
     _forget_contexts()
@@ -226,6 +228,8 @@ cdef enum:
     _NOT_READY = 600                      # CUDA_ERROR_NOT_READY (and cudaErrorNotReady)
     _SHIM_FAILED = 999                    # a shim's Python call raised (kept in _shim_errors)
     _ATTR_MEMORY_TYPE = 2                 # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+    _ATTR_RANGE_START = 11                # CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+    _ATTR_RANGE_SIZE = 12                 # CU_POINTER_ATTRIBUTE_RANGE_SIZE
     _MAX_DEVICES = 1024
 
 cdef _Api _api
@@ -326,7 +330,9 @@ def _driver_calls():
 # The shims: the same calls through the Python module standing in for CuPy.
 
 cdef int _shim_failed(BaseException exc) noexcept:
-    _shim_errors.exc = exc
+    # Kept without its traceback: the traceback's frames would keep the caller's locals
+    # (tensors, device memory) alive for as long as the exception is kept.
+    _shim_errors.exc = exc.with_traceback(None)
     return _SHIM_FAILED
 
 
@@ -432,7 +438,22 @@ cdef int _shim_stream_wait_event(void* s, void* e, unsigned int flags) noexcept 
 
 
 cdef int _shim_pointer_attr(void* out, int attr, unsigned long long ptr) noexcept nogil:
-    # only the memory type is asked for: 1 host (page-locked), 2 device, else an error
+    # The memory type: 1 host (page-locked), 2 device, else an error. A range's start
+    # and size only when the stand-in offers pointerGetRange(ptr) -> (start, size)
+    # (CuPy's Python API has no such call: callers then skip what needs it).
+    if attr == _ATTR_RANGE_START or attr == _ATTR_RANGE_SIZE:
+        with gil:
+            get_range = getattr(_rt, "pointerGetRange", None)
+            if get_range is None:
+                return 1
+            try:
+                start, size = get_range(ptr)
+            except BaseException as exc:
+                return _shim_failed(exc)
+            (<unsigned long long*>out)[0] = start if attr == _ATTR_RANGE_START else size
+            return 0
+    if attr != _ATTR_MEMORY_TYPE:
+        return 1
     with gil:
         try:
             t = _rt.pointerGetAttributes(ptr).type
@@ -534,6 +555,19 @@ cdef int c_exit_device(DeviceGuard* guard) except -1:
     return 0
 
 
+cdef int _ndev = -1          # CUDA devices, read once per backend
+
+
+cdef int _device_count() except -1:
+    global _ndev
+    if _ndev < 0:
+        try:
+            _ndev = _rt.getDeviceCount()
+        except _CudaError as exc:
+            raise EtError(f"counting CUDA devices failed: {exc}", Error.Internal) from exc
+    return _ndev
+
+
 cdef int c_current_device() except -1:
     """The CUDA device of the calling thread (that of its current context, else CuPy's answer)."""
     cdef void* ctx = NULL
@@ -573,6 +607,8 @@ def size_class(nbytes):
     two (waste below 1/8 of the block).
     """
     cdef int64_t n = _nonneg(nbytes, "nbytes")
+    if n > _MAX_PIN:
+        raise_error(Error.InvalidArgument, f"nbytes={n}: more than 2**62 bytes")
     return c_size_class(n)
 
 
@@ -610,9 +646,15 @@ cdef int _ensure_event(_Slab slab, int dev) except -1:
         if slab.pending:
             _check(_api.event_sync(<void*>slab.event), "waiting for a pinned block's last copy")
             slab.pending = False
-        _rt.eventDestroy(slab.event)
+        try:
+            _rt.eventDestroy(slab.event)
+        except _CudaError as exc:
+            raise EtError(f"destroying a CUDA event failed: {exc}", Error.Internal) from exc
         slab.event = 0
-    slab.event = _rt.eventCreateWithFlags(_EVENT_DISABLE_TIMING)
+    try:
+        slab.event = _rt.eventCreateWithFlags(_EVENT_DISABLE_TIMING)
+    except _CudaError as exc:
+        raise EtError(f"creating a CUDA event on cuda:{dev} failed: {exc}", Error.Internal) from exc
     slab.event_dev = dev
     return 0
 
@@ -638,15 +680,35 @@ cdef int _free_slab(_Slab slab) except -1:
         return 0
     c_enter_device(slab.dev, &guard)
     try:
-        if slab.event != 0:
-            if slab.pending:
-                _check(_api.event_sync(<void*>slab.event), "waiting for a pinned block's last copy")
-            _rt.eventDestroy(slab.event)
-        slab.event = 0
-        slab.pending = False
-        _rt.freeHost(ptr)
+        try:
+            if slab.event != 0:
+                if slab.pending:
+                    _check(_api.event_sync(<void*>slab.event),
+                           "waiting for a pinned block's last copy")
+                _rt.eventDestroy(slab.event)
+            slab.event = 0
+            slab.pending = False
+            _rt.freeHost(ptr)
+        except _CudaError as exc:
+            raise EtError(f"freeing a page-locked block at {ptr:#x} failed: {exc}",
+                          Error.Internal) from exc
     finally:
         c_exit_device(&guard)
+    return 0
+
+
+cdef int _free_all(object slabs) except -1:
+    """Free every slab in ``slabs``, even when one fails; then raise the first failure."""
+    cdef _Slab slab
+    first = None
+    for slab in slabs:
+        try:
+            _free_slab(slab)
+        except BaseException as exc:
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
     return 0
 
 
@@ -753,11 +815,15 @@ cdef class PinnedHostPool:
 
     # -------------------------------------------------------------- C level
     cdef _Slab c_acquire(self, int64_t nbytes, int dev):
-        cdef int64_t size = c_size_class(nbytes)
+        cdef int64_t size
         cdef _Slab slab = None
         cdef list lst
         cdef bint fresh = False
         cdef int rc
+        if nbytes > _MAX_PIN:
+            raise_error(Error.MemoryAllocationFailed,
+                        f"could not pin nbytes={nbytes} of host memory: more than 2**62 bytes")
+        size = c_size_class(nbytes)
         c_check_usable("pinned host memory")
         with self.c_lock:
             lst = self.c_free.get(size)
@@ -865,8 +931,7 @@ cdef class PinnedHostPool:
                 self.c_order[slab] = None
                 self.c_cached += size
                 self._evict(to_free)
-        for old in to_free:
-            _free_slab(old)
+        _free_all(to_free)
         return 0
 
     cdef void _evict(self, list to_free) noexcept:
@@ -926,11 +991,16 @@ cdef class PinnedHostPool:
             CuPy is not installed.
         """
         cdef int64_t n = _nonneg(nbytes, "nbytes")
-        cdef int dev
+        cdef int64_t d
         c_check_usable("PinnedHostPool.malloc")
         c_cupy()
-        dev = c_current_device() if device == -1 else _nonneg(device, "device")
-        return self.c_malloc(n, dev)
+        if isinstance(device, int) and not isinstance(device, bool) and device == -1:
+            return self.c_malloc(n, c_current_device())
+        d = _nonneg(device, "device")
+        if d >= _device_count():
+            raise_error(Error.InvalidArgument,
+                        f"device={d}: there are {_device_count()} CUDA device(s)")
+        return self.c_malloc(n, <int>d)
 
     def empty_cache(self):
         """Free every cached block (blocks in use are kept). A block whose last
@@ -947,8 +1017,7 @@ cdef class PinnedHostPool:
             self.c_order = order
             self.c_free, free = free, self.c_free
             self.c_cached = 0
-        for slab in slabs:
-            _free_slab(slab)
+        _free_all(slabs)
 
     def stats(self):
         """Counters, all in bytes except the counts: ``in_use_bytes`` (blocks
@@ -1019,8 +1088,7 @@ cdef class PinnedHostPool:
         with self.c_lock:
             self.c_limit = limit
             self._evict(to_free)
-        for old in to_free:
-            _free_slab(old)
+        _free_all(to_free)
 
     def __repr__(self):
         s = self.stats()
@@ -1043,20 +1111,33 @@ def get_pinned_host_pool():
 
 # ------------------------------------------------------------------ configuration
 
+cdef object _ranged(object v, str argname, int64_t lo, int64_t hi):
+    """``v`` as an int within lo..hi, or InvalidType/InvalidArgument naming ``argname``."""
+    if isinstance(v, bool):
+        raise_error(Error.InvalidType, f"{argname}={v!r} must be an int")
+    try:
+        i = v.__index__()
+    except (AttributeError, TypeError):
+        raise_error(Error.InvalidType, f"{argname}={v!r} of type {type(v).__name__} must be an int")
+    if not lo <= i <= hi:
+        raise_error(Error.InvalidArgument, f"{argname}={i}: must be within {lo}..{hi}")
+    return i
+
+
 def _check_config(threads, slot_bytes, slots, small_copy_bytes):
     out = {}
     if threads is not None:
-        t = _nonneg(threads, "threads")
+        t = _ranged(threads, "threads", 1, 1024)
         if not 1 <= t <= 1024:
             raise_error(Error.InvalidArgument, f"threads={t}: must be within 1..1024")
         out["threads"] = t
     if slot_bytes is not None:
-        s = _nonneg(slot_bytes, "slot_bytes")
+        s = _ranged(slot_bytes, "slot_bytes", 4096, 1 << 40)
         if not 4096 <= s <= (1 << 40):
             raise_error(Error.InvalidArgument, f"slot_bytes={s}: must be within 4096..2**40")
         out["slot_bytes"] = s
     if slots is not None:
-        k = _nonneg(slots, "slots")
+        k = _ranged(slots, "slots", 1, 64)
         if not 1 <= k <= 64:
             raise_error(Error.InvalidArgument, f"slots={k}: must be within 1..64")
         out["slots"] = k
@@ -1186,8 +1267,15 @@ cdef _Engine _engine(int dev):
         return eng
     eng = _Engine.__new__(_Engine)
     eng.dev = dev
-    eng.stream = _rt.streamCreateWithFlags(0)
-    eng.order_event = _rt.eventCreateWithFlags(_EVENT_DISABLE_TIMING)
+    try:
+        eng.stream = _rt.streamCreateWithFlags(0)
+        try:
+            eng.order_event = _rt.eventCreateWithFlags(_EVENT_DISABLE_TIMING)
+        except BaseException:
+            _rt.streamDestroy(eng.stream)
+            raise
+    except _CudaError as exc:
+        raise EtError(f"creating cuda:{dev}'s copy stream failed: {exc}", Error.Internal) from exc
     with _engines_lock:
         other = _engines.get(dev)
         if other is None:
@@ -1213,26 +1301,51 @@ cdef int _order_after(_Engine eng, intptr_t cur) except -1:
     return 0
 
 
+_MAX_HANDLE = (1 << 63) - 1
+
+
 cdef intptr_t c_stream_handle(object stream) except? -1:
     """A raw cudaStream_t from an int, a ``__cuda_stream__`` object, or ``.ptr``/``.cuda_stream``."""
-    if isinstance(stream, int) and not isinstance(stream, bool):
-        return stream
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        return int(proto()[1])
-    for attr in ("ptr", "cuda_stream"):
-        h = getattr(stream, attr, None)
-        if isinstance(h, int) and not isinstance(h, bool):
-            return h
-    raise_error(Error.InvalidType,
-                f"stream={stream!r}: expected a CUDA stream (an int handle, an object with "
-                f"__cuda_stream__, or a CuPy/PyTorch stream)")
+    h = None
+    if isinstance(stream, bool):
+        h = None
+    elif hasattr(stream, "__index__"):
+        h = stream.__index__()
+    else:
+        proto = getattr(stream, "__cuda_stream__", None)
+        if proto is not None:
+            pair = proto()
+            if isinstance(pair, tuple) and len(pair) == 2 and hasattr(pair[1], "__index__"):
+                h = pair[1].__index__()
+            else:
+                raise_error(Error.InvalidType,
+                            f"stream={stream!r}: __cuda_stream__() returned {pair!r}, not "
+                            f"(version, handle)")
+        else:
+            for attr in ("ptr", "cuda_stream"):
+                v = getattr(stream, attr, None)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    h = v
+                    break
+    if h is None:
+        raise_error(Error.InvalidType,
+                    f"stream={stream!r}: expected a CUDA stream (an int handle, an object with "
+                    f"__cuda_stream__, or a CuPy/PyTorch stream)")
+    if not 0 <= h <= _MAX_HANDLE:
+        raise_error(Error.InvalidArgument, f"stream={h}: not a stream handle (a pointer, >= 0)")
+    return h
 
 
-cdef inline bint _is_page_locked(uintptr_t address) noexcept:
+cdef bint _is_page_locked(uintptr_t address) except -1:
     cdef unsigned int kind = 0
-    if _api.pointer_attr(&kind, _ATTR_MEMORY_TYPE, address) != 0:
-        return False
+    cdef int rc = _api.pointer_attr(&kind, _ATTR_MEMORY_TYPE, address)
+    if rc == _SHIM_FAILED:
+        exc = getattr(_shim_errors, "exc", None)
+        _shim_errors.exc = None
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc             # KeyboardInterrupt and the like
+    if rc != 0:
+        return False              # memory CUDA does not know: pageable
     return kind == _MEMORY_TYPE_HOST
 
 
@@ -1261,6 +1374,9 @@ cdef extern from "<pthread.h>" nogil:
         pass
     int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*) noexcept nogil,
                        void* arg)
+    int pthread_attr_init(pthread_attr_t* attr)
+    int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size)
+    int pthread_attr_destroy(pthread_attr_t* attr)
     int pthread_detach(pthread_t t)
     int pthread_mutex_init(pthread_mutex_t* m, const void* attr)
     int pthread_mutex_lock(pthread_mutex_t* m)
@@ -1375,12 +1491,14 @@ cdef pthread_cond_t _tp_wake              # idle workers sleep here
 cdef long long _tp_sleepers = 0          # atomic: workers asleep, or about to sleep
 cdef int _tp_workers = 0                  # threads started (changed under _tp_sleep_lock)
 cdef int _tp_failed = 0                   # pthread_create failures (the callers copy alone)
+cdef long long _tp_epoch = 0              # bumped by _tp_init (at import and after fork)
 cdef int _tp_cap = 1                      # workers started for concurrent jobs: CPUs - 1
 cdef int _tp_ncpu = 1                     # CPUs this process may use
 
 
 cdef void _tp_init() noexcept nogil:
-    global _tp_list_lock, _tp_jobs, _tp_gen, _tp_active, _tp_sleepers, _tp_workers
+    global _tp_list_lock, _tp_jobs, _tp_gen, _tp_active, _tp_sleepers, _tp_workers, _tp_epoch
+    _tp_epoch += 1
     pthread_mutex_init(&_tp_sleep_lock, NULL)
     pthread_cond_init(&_tp_wake, NULL)
     _tp_list_lock = 0
@@ -1480,6 +1598,7 @@ cdef void _tp_grow(int threads, long long callers) noexcept nogil:
     one per CPU (less the caller), or ``threads - 1`` when a caller asks for more."""
     global _tp_workers, _tp_failed
     cdef pthread_t t
+    cdef pthread_attr_t attr
     cdef sigset_t all_signals, old
     cdef long long want = (threads - 1) * callers
     cdef long long limit = _tp_cap if _tp_cap > threads - 1 else threads - 1
@@ -1490,26 +1609,34 @@ cdef void _tp_grow(int threads, long long callers) noexcept nogil:
     pthread_mutex_lock(&_tp_sleep_lock)
     sigfillset(&all_signals)
     pthread_sigmask(SIG_SETMASK, &all_signals, &old)
+    pthread_attr_init(&attr)
+    pthread_attr_setstacksize(&attr, 256 * 1024)     # workers only call memcpy
     while _tp_workers < want:
-        if pthread_create(&t, NULL, _tp_worker, NULL) != 0:
+        if pthread_create(&t, &attr, _tp_worker, NULL) != 0:
             _tp_failed += 1
             break
         pthread_detach(t)
         _tp_workers += 1
+    pthread_attr_destroy(&attr)
     pthread_sigmask(SIG_SETMASK, &old, NULL)
     pthread_mutex_unlock(&_tp_sleep_lock)
 
 
-cdef void _tp_begin(int threads) noexcept nogil:
-    """A pipelined copy starts: wake the workers now (they spin until _tp_end)."""
+cdef long long _tp_begin(int threads) noexcept nogil:
+    """A pipelined copy starts: wake the workers now (they spin until _tp_end). Returns
+    the pool's epoch, for _tp_end."""
     cdef long long active = etptr_atomic_add(&_tp_active, 1) + 1
     _tp_grow(threads, active)
     etptr_atomic_add(&_tp_gen, 1)
     _tp_wake_some(threads - 1)
+    return _tp_epoch
 
 
-cdef void _tp_end() noexcept nogil:
-    etptr_atomic_add(&_tp_active, -1)
+cdef void _tp_end(long long epoch) noexcept nogil:
+    # A copy that began before a fork (in the thread that forked) ends in the child
+    # too: it did not count in the child's fresh pool.
+    if epoch == _tp_epoch:
+        etptr_atomic_add(&_tp_active, -1)
 
 
 cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads,
@@ -1586,9 +1713,11 @@ def _host_copy(dst, src, nbytes, threads, stream=False):
     non-temporal stores). For measurements."""
     cdef char* d = <char*><uintptr_t>dst
     cdef const char* s = <const char*><uintptr_t>src
-    cdef int64_t n = nbytes
-    cdef int t = threads
+    cdef int64_t n = _nonneg(nbytes, "nbytes")
+    cdef int t = _check_config(threads, None, None, None)["threads"]
     cdef bint nt = stream
+    if n and (dst == 0 or src == 0):
+        raise_error(Error.InvalidArgument, "dst and src must not be null")
     with nogil:
         _par_copy(d, s, n, t, nt)
 
@@ -1643,6 +1772,10 @@ def _set_chunk_hook(hook):
     _hook_set = hook is not None
 
 
+cdef inline int64_t _ceil_div(int64_t n, int64_t d) noexcept nogil:
+    return n // d + (1 if n % d else 0)      # no overflow near 2**63
+
+
 cdef int64_t _chunk_bytes(int64_t nbytes, CopyConfig* cfg) noexcept nogil:
     """The chunk size of a pipelined copy: the slot size, or less, so that a copy
     of a few slots still overlaps host copies with DMA (about _TARGET_CHUNKS chunks)."""
@@ -1650,7 +1783,7 @@ cdef int64_t _chunk_bytes(int64_t nbytes, CopyConfig* cfg) noexcept nogil:
     cdef int64_t c
     if nbytes >= s * cfg.slots:
         return s
-    c = (nbytes + _TARGET_CHUNKS - 1) // _TARGET_CHUNKS
+    c = _ceil_div(nbytes, _TARGET_CHUNKS)
     c = (c + 65535) & ~(<int64_t>65535)
     if c < _MIN_CHUNK:
         c = _MIN_CHUNK
@@ -1682,13 +1815,14 @@ cdef int _between_chunks(bint h2d, int64_t i) except -1 with gil:
     if _hook_set and _chunk_hook is not None:
         _chunk_hook("h2d" if h2d else "d2h", i)
     PyErr_CheckSignals()
+    c_check_usable("host->device copy" if h2d else "device->host copy")   # forked meanwhile?
     return 0
 
 
 cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
     """Chunk i: wait for its slot's previous DMA, copy it into the slot with
     ``threads`` threads, queue the slot's DMA and record the slot's event."""
-    cdef int64_t nchunks = (p.nbytes + p.chunk - 1) // p.chunk
+    cdef int64_t nchunks = _ceil_div(p.nbytes, p.chunk)
     cdef int64_t i, off, m
     cdef int j, rc
     for i in range(nchunks):
@@ -1724,7 +1858,7 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
     """The reverse: the DMAs of the first K chunks are queued at once; chunk i is
     copied out of its slot by ``threads`` threads once its event completes, and
     the slot's next DMA (chunk i+K) is queued right after."""
-    cdef int64_t nchunks = (p.nbytes + p.chunk - 1) // p.chunk
+    cdef int64_t nchunks = _ceil_div(p.nbytes, p.chunk)
     cdef int64_t i, off, m
     cdef int j, rc
     for i in range(nchunks + p.k):
@@ -1761,6 +1895,8 @@ cdef void _drain(intptr_t stream, list slabs) noexcept:
     """On a failure: let queued copies finish before memory is freed or reused."""
     cdef _Slab slab
     cdef int rc
+    if _forked_after_init:
+        return        # forked during the copy: the stream is the parent's
     with nogil:
         rc = _api.stream_sync(<void*>stream)
     if rc != 0:
@@ -1774,6 +1910,7 @@ cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, int
     """A pageable copy through K pinned slots (H2D: ``sync`` False leaves the DMAs queued)."""
     cdef _Pipe p
     cdef int64_t nchunks
+    cdef long long epoch
     cdef list slabs = []
     cdef _Slab slab
     cdef int j
@@ -1781,7 +1918,7 @@ cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, int
     p.dev = dev_ptr
     p.nbytes = nbytes
     p.chunk = _chunk_bytes(nbytes, cfg)
-    nchunks = (nbytes + p.chunk - 1) // p.chunk
+    nchunks = _ceil_div(nbytes, p.chunk)
     p.k = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
     p.threads = cfg.threads
     p.device = dev
@@ -1789,7 +1926,7 @@ cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, int
     p.stream = <void*>s
     for j in range(p.k):
         p.pending[j] = False
-    _tp_begin(p.threads)      # wakes the copy threads while the slots are found
+    epoch = _tp_begin(p.threads)      # wakes the copy threads while the slots are found
     try:
         try:
             for j in range(p.k):
@@ -1813,10 +1950,50 @@ cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, int
         for j in range(p.k):
             (<_Slab>slabs[j]).pending = p.pending[j]
     finally:
-        _tp_end()
-        for slab in slabs:
-            _POOL.c_release(slab, cfg.slot_bytes)
+        _tp_end(epoch)
+        _release_all(slabs, cfg.slot_bytes)
     return 0
+
+
+cdef int _release_all(list slabs, int64_t nbytes) except -1:
+    """Give every slot back to the pool, even when one fails; then raise the first failure."""
+    cdef _Slab slab
+    first = None
+    for slab in slabs:
+        try:
+            _POOL.c_release(slab, nbytes)
+        except BaseException as exc:
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
+    return 0
+
+
+cdef int _check_device_range(uintptr_t address, int64_t nbytes, str argname) except -1:
+    """Refuse a copy that would run past the end of the device allocation holding
+    ``address`` (asked of the driver), before any byte is read or written."""
+    cdef unsigned long long start = 0, size = 0
+    if _api.pointer_attr(&start, _ATTR_RANGE_START, address) != 0:
+        return 0              # not an allocation the driver can describe: leave it to CUDA
+    if _api.pointer_attr(&size, _ATTR_RANGE_SIZE, address) != 0 or size == 0:
+        return 0
+    if address < start or <uint64_t>nbytes > size - (address - start):
+        raise_error(Error.InvalidArgument,
+                    f"nbytes={nbytes}: {argname}={address:#x} is {address - start} bytes into a "
+                    f"device allocation of {size} bytes, so the copy would run past its end")
+    return 0
+
+
+cdef _Slab _pool_block_containing(uintptr_t address):
+    """The pool block whose memory holds ``address`` (not its start), or None: asked of
+    the driver, so that a stream-ordered copy from a view into a block protects it too."""
+    cdef unsigned long long start = 0
+    if _api.pointer_attr(&start, _ATTR_RANGE_START, address) != 0 or start == 0:
+        return None
+    if start == address:
+        return None
+    return _POOL.c_find(<uintptr_t>start)
 
 
 cdef int _one_dma(uintptr_t dst, uintptr_t src, int64_t nbytes, bint h2d, intptr_t s,
@@ -1849,6 +2026,7 @@ cdef int _copy(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object str
     c_cupy()
     c_enter_device(dev, &guard)
     try:
+        _check_device_range(dst if h2d else src, nbytes, "dst" if h2d else "src")
         if sync:
             eng = _engine(dev)
             s = eng.stream
@@ -1856,6 +2034,8 @@ cdef int _copy(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object str
         else:
             s = c_stream_handle(stream)
         slab = _POOL.c_find(host)
+        if slab is None and not sync:
+            slab = _pool_block_containing(host)
         if slab is not None or (nbytes > cfg.small_bytes and _is_page_locked(host)):
             # page-locked: one DMA; a pool block remembers the copy until it completes
             rc = _one_dma(dst, src, nbytes, h2d, s, sync)
@@ -1895,6 +2075,15 @@ cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, objec
     Into pageable memory the copy is always complete when this returns.
     """
     return _copy(dst, src, nbytes, dev, stream, cfg, False)
+
+
+def _pool_block_pending(address):
+    """Whether the default pool's live block at ``address`` has a copy that may still
+    run (an event recorded, not yet seen complete). For tests."""
+    cdef _Slab slab = _POOL.c_find(<uintptr_t>address)
+    if slab is None:
+        raise_error(Error.InvalidArgument, f"address={address:#x}: not a live pool block")
+    return bool(slab.pending)
 
 
 def _engine_stream(int dev):

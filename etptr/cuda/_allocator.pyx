@@ -115,14 +115,13 @@ cdef class CudaAllocator(DeviceAllocator):
     # -------------------------------------------------------------- helpers
     cdef int c_index(self, object index) except -2:
         """A validated device index: -1 (current) or 0..device count-1."""
-        cdef int64_t i
         if type(index) is int and 0 <= <object>index < self.c_ndev:
             return <int>index
         if isinstance(index, bool):
             raise_error(Error.InvalidType, f"index={index!r} must be an int")
         try:
             i = index.__index__()
-        except (AttributeError, TypeError, OverflowError):
+        except (AttributeError, TypeError):
             raise_error(Error.InvalidType,
                         f"index={index!r} of type {type(index).__name__} must be an int")
         if i < -1:

@@ -400,3 +400,133 @@ def test_no_context_on_gpu0_when_only_gpu1_is_named(real_cupy, ndev):
                          timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert "ACTIVE0 0" in out.stdout
+
+
+# ------------------------------------------------------------------ bad sizes, bad handles
+
+@pytest.mark.parametrize("nbytes", [2**63 - 1, 2**63 - 16 * MiB + 1, 2**62])
+def test_copy_past_the_device_allocation_is_refused_before_any_byte_moves(alloc, nbytes):
+    # nbytes near 2**63 once overflowed the chunk count and "copied" nothing; a copy
+    # past the device allocation is now refused first (no host byte read or written)
+    host = np.zeros(MiB, np.uint8)
+    ptr = alloc.allocate(MiB, 0)
+    try:
+        with pytest.raises(etptr.InvalidArgumentError, match="past its end"):
+            alloc.copy_host_to_device(ptr, host.ctypes.data, nbytes, 0)
+        with pytest.raises(etptr.InvalidArgumentError, match="past its end"):
+            alloc.copy_device_to_host(host.ctypes.data, ptr, nbytes, 0)
+    finally:
+        alloc.deallocate(ptr, 0)
+
+
+def test_copy_one_byte_past_the_device_allocation_is_refused(fake, alloc):
+    # (CuPy's pool may carve allocations out of a larger cudaMalloc, whose end is what
+    # the driver reports; the stand-in's allocations are exact)
+    host = np.zeros(2 * MiB, np.uint8)
+    ptr = alloc.allocate(MiB, 0)
+    try:
+        with pytest.raises(etptr.InvalidArgumentError, match="past its end"):
+            alloc.copy_host_to_device(ptr, host.ctypes.data, MiB + 1, 0)
+        with pytest.raises(etptr.InvalidArgumentError, match="80 bytes into"):
+            alloc.copy_device_to_host(host.ctypes.data, ptr + 80, MiB - 79, 0)
+        alloc.copy_host_to_device(ptr + 80, host.ctypes.data, MiB - 80, 0)   # exactly to the end
+    finally:
+        alloc.deallocate(ptr, 0)
+
+
+@pytest.mark.parametrize("stream, error", [
+    (-5, etptr.InvalidArgumentError), (2**63, etptr.InvalidArgumentError),
+    (True, etptr.InvalidTypeError), ("0", etptr.InvalidTypeError),
+])
+def test_bad_stream_handles_are_refused(alloc, stream, error):
+    t = etptr.make_tensor_ptr(np.ones(16, np.float32))
+    with pytest.raises(error, match="stream="):
+        etptr.clone_tensor_ptr_to(t, "cuda", stream=stream)
+
+
+def test_stream_protocol_returning_garbage_is_refused(alloc):
+    class Odd:
+        def __cuda_stream__(self):
+            return None
+    with pytest.raises(etptr.InvalidTypeError, match="__cuda_stream__"):
+        etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(np.ones(4)), "cuda", stream=Odd())
+
+
+def test_stream_handle_may_be_any_integer_type(alloc, cp):
+    t = etptr.make_tensor_ptr(np.arange(8, dtype=np.float32))
+    d = etptr.clone_tensor_ptr_to(t, "cuda", stream=np.int64(0))
+    np.testing.assert_array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), t.numpy())
+
+
+def test_size_class_and_pool_refuse_absurd_sizes(pool):
+    assert etptr.cuda.size_class(2**62) == 2**62
+    with pytest.raises(etptr.InvalidArgumentError, match="2\\*\\*62"):
+        etptr.cuda.size_class(2**62 + 1)
+    before = pool.stats()
+    with pytest.raises(etptr.MemoryAllocationError, match="2\\*\\*62"):
+        pool.malloc(2**63 - 1)
+    after = pool.stats()
+    assert after["in_use_bytes"] == before["in_use_bytes"] >= 0
+
+
+def test_pool_malloc_checks_the_device(pool, ndev):
+    for bad in (ndev, 2**32 + 1, 2**40):
+        with pytest.raises(etptr.InvalidArgumentError, match="device="):
+            pool.malloc(10, bad)                 # also when a cached block would fit
+    with pytest.raises(etptr.InvalidArgumentError, match="device="):
+        pool.malloc(10, -2)
+
+
+def test_stream_ordered_copy_from_inside_a_pool_block_protects_the_block(fake, alloc):
+    # a view into a pinned block (not its start) records the block's event too
+    src = etptr.empty([MiB], etptr.ScalarType.Byte, pinned=True)
+    view = etptr.make_tensor_ptr(src.numpy()[64:])
+    ptr = alloc.allocate(MiB, 0)
+    try:
+        fake.calls.clear()
+        alloc.copy_host_to_device(ptr, view.data_ptr, MiB - 64, 0, stream=0x77)
+        assert _staging._pool_block_pending(src.data_ptr), "the block's event was not recorded"
+        assert not _staging._pool_block_pending(etptr.empty([16], pinned=True).data_ptr)
+    finally:
+        alloc.deallocate(ptr, 0)
+
+
+def test_empty_cache_frees_every_block_even_when_one_fails(fake, pool, cp):
+    pool.empty_cache()
+    blocks = [pool.malloc(4096 * (i + 1)) for i in range(6)]
+    del blocks
+    assert pool.stats()["blocks_cached"] == 6
+    held = len(fake.host.blocks)
+    calls = []
+    rt = cp.cuda.runtime
+    real_free = rt.freeHost
+
+    def failing_free(ptr):
+        calls.append(ptr)
+        if len(calls) == 1:
+            raise rt.CUDARuntimeError(999, "injected freeHost failure")
+        return real_free(ptr)
+
+    rt.freeHost = failing_free
+    try:
+        with pytest.raises(etptr.EtError, match="freeing a page-locked block"):
+            pool.empty_cache()
+    finally:
+        rt.freeHost = real_free
+    assert len(calls) == 6                       # every block was tried
+    assert pool.stats()["blocks_cached"] == 0
+    assert len(fake.host.blocks) == held - 5     # only the one that failed is left
+
+
+def test_stream_ordered_clone_from_pageable_memory_keeps_nothing_alive(fake, alloc, device_used):
+    # a CUDA call through the stand-in that fails on purpose (the driver's pointer-range
+    # query, for pageable memory) once kept its traceback, and with it these locals
+    base = device_used()
+
+    def run():
+        t = etptr.make_tensor_ptr(np.arange(300_000, dtype=np.float32))
+        d = etptr.clone_tensor_ptr_to(t, "cuda", stream=0x77)
+        return d.nbytes
+
+    assert run() == 1_200_000
+    assert device_used() == base

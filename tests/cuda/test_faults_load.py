@@ -699,3 +699,60 @@ def test_keyboard_interrupt_from_signal_during_staged_copy(direction, cp, pool, 
     with copy_config(**settings):         # the engine still works
         back = etptr.clone_tensor_ptr_to(etptr.clone_tensor_ptr_to(t, "cuda"), "cpu")
     assert np.array_equal(_host_bytes(back), a)
+
+
+FORK_FROM_THE_COPYING_THREAD = r"""
+import os, pathlib, sys, time, warnings, importlib.util
+import numpy as np
+import etptr, etptr.cuda
+from etptr._core import _staging
+from etptr.testing import use_allocator
+warnings.simplefilter("ignore", DeprecationWarning)
+spec = importlib.util.spec_from_file_location(
+    "fk", pathlib.Path(os.environ["ETPTR_TESTS_DIR"]) / "fakecupy.py")
+mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
+fake = mod.make(ndev=2); _staging._set_backend(fake)
+pid = []
+def hook(direction, i):
+    if i == 2 and not pid:
+        pid.append(os.fork())       # the copying thread itself forks, mid-copy
+_staging._set_chunk_hook(hook)
+x = np.random.default_rng(0).integers(0, 255, 8 << 20, dtype=np.uint8)
+try:
+    with use_allocator(etptr.cuda.CudaAllocator()):
+        with etptr.cuda.copy_config(threads=2, slot_bytes=1 << 20, slots=3):
+            d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(x), "cuda")
+    outcome = "completed"
+except etptr.InvalidStateError:
+    outcome = "refused"
+_staging._set_chunk_hook(None)
+
+def idle_cpu():
+    a = np.ones(4 << 20, np.uint8); b = np.zeros_like(a)
+    _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 2)
+    assert np.array_equal(a, b)
+    t = os.times(); c0 = t.user + t.system
+    time.sleep(1.5)
+    t = os.times()
+    return t.user + t.system - c0
+
+if pid[0] == 0:
+    print(f"CHILD {outcome} {idle_cpu():.2f}", flush=True)
+    os._exit(0)
+os.waitpid(pid[0], 0)
+print(f"PARENT {outcome} {idle_cpu():.2f}", flush=True)
+"""
+
+
+@pytest.mark.skipif(not FAKE or not hasattr(os, "fork"), reason="needs the fake CuPy and fork")
+def test_fork_from_the_copying_thread_mid_copy(monkeypatch):
+    # The child refuses to go on with the parent's copy (no CUDA call after the fork),
+    # and its copy threads go idle afterwards (they once spun forever there).
+    monkeypatch.setenv("ETPTR_TESTS_DIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = run_isolated(FORK_FROM_THE_COPYING_THREAD, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = dict(line.split(" ", 1) for line in out.stdout.split("\n") if line)
+    child_outcome, child_cpu = lines["CHILD"].split()
+    parent_outcome, parent_cpu = lines["PARENT"].split()
+    assert child_outcome == "refused" and parent_outcome == "completed", out.stdout
+    assert float(child_cpu) < 0.5 and float(parent_cpu) < 0.5, out.stdout
