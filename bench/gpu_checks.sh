@@ -5,8 +5,8 @@
 #
 #     bash bench/gpu_checks.sh OUTDIR [STEP ...]
 #
-# STEP: build tests sweep probe chunking two_gpu checkpoint torch_sweep (default: all but
-# chunking and torch_sweep). The checkpoint step reads .ckpt/*.safetensors (bench/reshard.py makes
+# STEP: build tests sweep probe chunking sweep_copy two_gpu checkpoint torch_sweep (default: all but
+# chunking, sweep_copy and torch_sweep). The checkpoint step reads .ckpt/*.safetensors (bench/reshard.py makes
 # one shard of the default checkpoint).
 set -u
 out=${1:?usage: bash bench/gpu_checks.sh OUTDIR [STEP ...]}
@@ -33,6 +33,7 @@ for step in $steps; do
         torch_sweep) run torch_sweep 300 $py -m etptr.bench --sweep --repeats 5 ;;
         probe) run probe 200 $py bench/probe_small.py ;;
         chunking) run chunking 300 $py bench/probe_chunking.py ;;
+        sweep_copy) run sweep_copy 300 $py bench/sweep_copy.py ;;
         two_gpu) run two_gpu 200 $py bench/two_gpu_upload.py ;;
         checkpoint) run checkpoint 200 $py -m etptr.bench .ckpt/*.safetensors ;;
         *) echo "unknown step $step" | tee -a "$out/summary.txt" ;;
