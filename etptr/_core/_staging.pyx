@@ -70,13 +70,14 @@ def _cpu_count():
         return max(1, os.cpu_count() or 1)
 
 
-# Defaults measured on an H200 host (PCIe Gen5 x16, 16 cores): bench/sweep_copy.py
-# and its output bench/sweep_copy.txt. Threads never exceed the CPUs this process may use.
+# Defaults measured on H200 hosts (PCIe Gen5 x16; 2x H200 and 32 cores for the last run):
+# bench/sweep_copy.py and its output bench/sweep_copy.txt. Threads never exceed the CPUs
+# this process may use.
 cdef CopyConfig _cfg
 _cfg.threads = min(16, _cpu_count())
 _cfg.slot_bytes = 16 << 20
 _cfg.slots = 3
-_cfg.small_bytes = 256 << 10
+_cfg.small_bytes = 64 << 10
 _tls = threading.local()
 
 # ------------------------------------------------------------------ fork state

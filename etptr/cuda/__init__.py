@@ -11,7 +11,7 @@ variable ``ETPTR_COPY_CONFIG="threads=16,slot_bytes=16777216,slots=3"`` read on
 first import), per thread for a block (:func:`copy_config`), or per call
 (keywords of :meth:`CudaAllocator.copy_host_to_device` / ``copy_device_to_host``).
 The defaults (16 threads, or one per CPU the process may use when fewer;
-16 MiB slots, 3 slots, 256 KiB small-copy threshold) come from ``bench/sweep_copy.py`` on an H200 host (PCIe Gen5 x16);
+16 MiB slots, 3 slots, 64 KiB small-copy threshold) come from ``bench/sweep_copy.py`` on an H200 host (PCIe Gen5 x16);
 its output is ``bench/sweep_copy.txt``.
 
 Processes: CUDA does not survive ``os.fork()``. In a child forked after CUDA
