@@ -8,30 +8,16 @@ shorter than K slots: one chunk per slot ("1 x slot"), or about N chunks of at l
 M bytes. The engine's choice (etptr/_core/_staging.pyx, _TARGET_CHUNKS and _MIN_CHUNK)
 comes from this table; bench/results/ keeps a run.
 """
-import statistics
 import sys
-import time
 
 import numpy as np
 
 MiB = 1 << 20
-LINES = []
-
-
-def say(line=""):
-    LINES.append(line)
-    print(line, flush=True)
+from _timing import median_seconds, say, write_log
 
 
 def median_s(fn, reps=9, warmup=2):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+    return median_seconds(fn, reps, warmup)
 
 
 def main(argv):
@@ -108,8 +94,7 @@ def main(argv):
                 + f"   best: {ways[best][0]}")
     _staging._set_chunking(*saved)
     if argv:
-        with open(argv[0], "w") as f:
-            f.write("\n".join(LINES) + "\n")
+        write_log(argv[0])
     return 0
 
 

@@ -12,28 +12,14 @@ changes the rate. bench/results/h200x2_probe_small.txt keeps a run.
 """
 import statistics
 import sys
-import time
 
 import numpy as np
 
-LINES = []
-
-
-def say(*parts):
-    line = " ".join(str(p) for p in parts)
-    LINES.append(line)
-    print(line, flush=True)
+from _timing import median_seconds, say, write_log
 
 
 def med_us(fn, reps=3000, warmup=100):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e6
+    return median_seconds(fn, reps, warmup) * 1e6
 
 
 def main(argv):
@@ -122,8 +108,7 @@ def main(argv):
     for k, v in sources.items():
         say(f"{k}: address % 4096 = {v.ctypes.data % 4096}")
     if argv:
-        with open(argv[0], "w") as f:
-            f.write("\n".join(LINES) + "\n")
+        write_log(argv[0])
 
 
 if __name__ == "__main__":

@@ -14,32 +14,13 @@ report goes to stdout and, when given, OUTFILE (bench/sweep_copy.txt keeps the
 run the defaults in etptr/_core/_staging.pyx come from).
 """
 import gc
-import statistics
 import sys
-import time
 
 import numpy as np
 
 MiB = 1 << 20
 GiB = 1 << 30
-LINES = []
-
-
-def say(*parts):
-    line = " ".join(str(p) for p in parts)
-    LINES.append(line)
-    print(line, flush=True)
-
-
-def median_time(fn, reps, warmup=1):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from _timing import median_seconds as median_time, say, write_log
 
 
 def gbps(nbytes, seconds):
@@ -258,8 +239,7 @@ def main(argv):
         f"(the sweep's own buffers: {sum(d.nbytes for d in dbuf.values())} B)")
     say(f"\nDEFAULTS threads={T},slot_bytes={S * MiB},slots={K},small_copy_bytes={small}")
     if outfile:
-        with open(outfile, "w") as f:
-            f.write("\n".join(LINES) + "\n")
+        write_log(outfile)
 
 
 if __name__ == "__main__":

@@ -337,6 +337,15 @@ cdef int _shim_failed(BaseException exc) noexcept:
     return _SHIM_FAILED
 
 
+cdef int _shim_call(object module, str name, tuple args) noexcept:
+    """``module.name(*args)`` with the GIL held: 0, or _SHIM_FAILED with the exception kept."""
+    try:
+        getattr(module, name)(*args)
+        return 0
+    except BaseException as exc:
+        return _shim_failed(exc)
+
+
 cdef int _shim_ctx_get(void** ctx) noexcept nogil:
     with gil:
         try:
@@ -348,11 +357,7 @@ cdef int _shim_ctx_get(void** ctx) noexcept nogil:
 
 cdef int _shim_ctx_set(void* ctx) noexcept nogil:
     with gil:
-        try:
-            _drv.ctxSetCurrent(<intptr_t>ctx)
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        return _shim_call(_drv, "ctxSetCurrent", (<intptr_t>ctx,))
 
 
 cdef int _shim_ctx_device(int* dev) noexcept nogil:
@@ -378,47 +383,27 @@ cdef int _shim_primary(void** ctx, int dev) noexcept nogil:
 
 cdef int _shim_htod(unsigned long long dst, const void* src, size_t n, void* s) noexcept nogil:
     with gil:
-        try:
-            _rt.memcpyAsync(dst, <uintptr_t>src, n, _H2D, <intptr_t>s)
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        return _shim_call(_rt, "memcpyAsync", (dst, <uintptr_t>src, n, _H2D, <intptr_t>s))
 
 
 cdef int _shim_dtoh(void* dst, unsigned long long src, size_t n, void* s) noexcept nogil:
     with gil:
-        try:
-            _rt.memcpyAsync(<uintptr_t>dst, src, n, _D2H, <intptr_t>s)
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        return _shim_call(_rt, "memcpyAsync", (<uintptr_t>dst, src, n, _D2H, <intptr_t>s))
 
 
 cdef int _shim_stream_sync(void* s) noexcept nogil:
     with gil:
-        try:
-            _rt.streamSynchronize(<intptr_t>s)
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        return _shim_call(_rt, "streamSynchronize", (<intptr_t>s,))
 
 
 cdef int _shim_event_record(void* e, void* s) noexcept nogil:
     with gil:
-        try:
-            _rt.eventRecord(<intptr_t>e, <intptr_t>s)
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        return _shim_call(_rt, "eventRecord", (<intptr_t>e, <intptr_t>s))
 
 
 cdef int _shim_event_sync(void* e) noexcept nogil:
     with gil:
-        try:
-            _rt.eventSynchronize(<intptr_t>e)
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        return _shim_call(_rt, "eventSynchronize", (<intptr_t>e,))
 
 
 cdef int _shim_event_query(void* e) noexcept nogil:
@@ -431,11 +416,7 @@ cdef int _shim_event_query(void* e) noexcept nogil:
 
 cdef int _shim_stream_wait_event(void* s, void* e, unsigned int flags) noexcept nogil:
     with gil:
-        try:
-            _rt.streamWaitEvent(<intptr_t>s, <intptr_t>e, flags)
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        return _shim_call(_rt, "streamWaitEvent", (<intptr_t>s, <intptr_t>e, flags))
 
 
 cdef int _shim_pointer_attr(void* out, int attr, unsigned long long ptr) noexcept nogil:
