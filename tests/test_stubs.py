@@ -51,6 +51,14 @@ def test_quickstart_passes_mypy_strict(tmp_path):
     assert "Success" in out
 
 
+def test_public_python_modules_pass_mypy_strict(tmp_path):
+    # the pure-Python public surface besides the stubs: etptr, etptr.cuda, etptr.testing
+    rc, out = _run(["mypy", "--strict", "-m", "etptr", "-m", "etptr.cuda", "-m", "etptr.testing"],
+                   tmp_path)
+    assert rc == 0, out
+    assert "Success" in out
+
+
 def test_stubs_catch_wrong_types(tmp_path):
     # the stubs are precise enough to refuse misuse (they are not Any)
     bad = tmp_path / "bad.py"

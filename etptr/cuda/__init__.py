@@ -22,6 +22,7 @@ are released there without calling CUDA, and host-only etptr works as usual.
 A child forked before CUDA was first used may use CUDA itself.
 """
 import contextlib as _contextlib
+from collections.abc import Iterator as _Iterator
 
 from etptr._core._staging import (
     DEFAULT_MAX_CACHED_BYTES,
@@ -51,7 +52,7 @@ __all__ = [
 ]
 
 
-def is_available():
+def is_available() -> bool:
     """is_available() -> bool
 
     True when CuPy imports and at least one CUDA device is present. False in a
@@ -61,7 +62,7 @@ def is_available():
     return unavailable_reason() is None
 
 
-def unavailable_reason():
+def unavailable_reason() -> str | None:
     """unavailable_reason() -> str | None
 
     Why CUDA cannot be used through etptr here (CuPy missing, no device, no
@@ -84,7 +85,9 @@ def unavailable_reason():
 
 
 @_contextlib.contextmanager
-def copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None):
+def copy_config(*, threads: int | None = None, slot_bytes: int | None = None,
+                slots: int | None = None,
+                small_copy_bytes: int | None = None) -> _Iterator[None]:
     """copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None)
 
     Context manager: copies made by this thread inside the block use these
@@ -109,7 +112,7 @@ def copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=N
         _staging_module._pop_config()
 
 
-def _autoregister():
+def _autoregister() -> None:
     """Register a :class:`CudaAllocator` when CuPy imports and a CUDA device exists.
 
     Called once by the registry on the first lookup of ``DeviceType.CUDA``;

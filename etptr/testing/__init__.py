@@ -45,6 +45,27 @@ class HostDeviceAllocator(DeviceAllocator):
         failure paths.
     """
 
+    _device_type: DeviceType
+    _blocks: dict[int, Any]
+    fail_after: int | None
+    allocate_count: int
+    deallocate_count: int
+    h2d_count: int
+    d2h_count: int
+    last_allocate_size: int
+    last_allocate_index: int
+    last_allocate_ptr: int
+    last_deallocate_ptr: int
+    last_deallocate_index: int
+    last_h2d_dst: int
+    last_h2d_src: int
+    last_h2d_size: int
+    last_h2d_index: int
+    last_d2h_dst: int
+    last_d2h_src: int
+    last_d2h_size: int
+    last_d2h_index: int
+
     def __init__(self, device_type: DeviceType | int = DeviceType.CUDA) -> None:
         super().__init__()
         if isinstance(device_type, bool) or not isinstance(device_type, numbers.Integral):
@@ -52,7 +73,7 @@ class HostDeviceAllocator(DeviceAllocator):
         if device_type not in DeviceType.__members__.values():
             raise InvalidArgumentError(f"device_type={device_type!r} is not a DeviceType code")
         self._device_type = DeviceType(device_type)
-        self._blocks: dict[int, Any] = {}      # aligned address -> ctypes buffer (.requested)
+        self._blocks = {}      # aligned address -> ctypes buffer (.requested)
         self.fail_after: int | None = None
         self.allocate_count = 0
         self.deallocate_count = 0
