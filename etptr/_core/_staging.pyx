@@ -1662,10 +1662,11 @@ cdef void _par_copy(char* dst, const char* src, int64_t n, int nthreads,
     etptr_atomic_add(&_tp_gen, 1)
     _tp_wake_some(parts - 1)
     _run_pieces(&job)
-    # every piece is taken: wait for the ones workers are copying
+    # every piece is taken: wait for the ones workers are copying (spin briefly; yield
+    # the CPU at once when threads outnumber CPUs, where the worker may need this one)
     while etptr_atomic_load(&job.done) < parts:
         spins += 1
-        if spins < 100000:
+        if spins < 20000 and _tp_workers + etptr_atomic_load(&_tp_active) <= _tp_ncpu:
             etptr_cpu_relax()
         else:
             sched_yield()

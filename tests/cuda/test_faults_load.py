@@ -37,7 +37,7 @@ from _helpers import run_isolated
 
 FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
 MiB = 1 << 20
-LOAD_SECONDS = float(os.environ.get("ETPTR_LOAD_SECONDS", "1.5" if FAKE else "10"))
+LOAD_SECONDS = float(os.environ.get("ETPTR_LOAD_SECONDS", "3" if FAKE else "10"))
 LOAD_THREADS = 16
 LOAD_MAX_BYTES = 64 * MiB
 
