@@ -113,3 +113,43 @@ NUMPY_TYPES = [
     (np.bool_, etptr.ScalarType.Bool), (np.uint16, etptr.ScalarType.UInt16),
     (np.uint32, etptr.ScalarType.UInt32), (np.uint64, etptr.ScalarType.UInt64),
 ]
+
+
+# Script text for run_isolated: fork_and_wait(child) forks, runs child() in the child and
+# exits with its status (os._exit, or with normal_exit through the interpreter's
+# shutdown), and returns the child's exit code; a child that hangs past ``limit`` s is
+# killed and fails the script. Indented like the scripts it is prepended to.
+FORK_AND_WAIT = """
+    import os, signal, sys, time, traceback, warnings
+
+    def fork_and_wait(child, limit=60, normal_exit=False):
+        # fork; run child() there and exit with its status (os._exit, or with
+        # normal_exit through the interpreter's shutdown); wait at most ``limit`` s
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)   # fork with threads running
+            pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                signal.alarm(limit)          # a hang in the child ends it with SIGALRM
+                status = child()
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                if not normal_exit:
+                    os._exit(status)
+            raise SystemExit(status)         # unwinds the script: atexit, module teardown
+        deadline = time.monotonic() + limit + 10
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child hung")
+"""

@@ -7,46 +7,16 @@ import os
 
 import pytest
 
-from _helpers import run_isolated
+from _helpers import FORK_AND_WAIT, run_isolated
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
-FORK = """
-    import os, signal, sys, time, warnings
-
-    def fork_and_wait(child, limit=30):
-        sys.stdout.flush()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)   # fork with threads running
-            pid = os.fork()
-        if pid == 0:
-            status = 1
-            try:
-                signal.alarm(limit)          # a hang ends the child with SIGALRM
-                status = child()
-            except BaseException:
-                import traceback
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(status)
-        deadline = time.monotonic() + limit + 10
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return os.waitstatus_to_exitcode(status)
-            time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        return "hung"
-"""
 
 
 def test_threaded_host_copy_in_child_after_parent_used_copy_threads():
     # The parent's copy threads do not exist in a forked child: the child must
     # start its own (not wait forever for the parent's), and the parent keeps its own.
-    out = run_isolated(FORK + """
+    out = run_isolated(FORK_AND_WAIT + """
     import numpy as np
     from etptr._core import _staging
     a = np.frombuffer(np.random.default_rng(0).bytes(16 << 20), np.uint8)
@@ -65,7 +35,7 @@ def test_threaded_host_copy_in_child_after_parent_used_copy_threads():
         print("CHILD OK")
         return 0
 
-    status = fork_and_wait(child)
+    status = fork_and_wait(child, limit=30)
     assert status == 0, status
     b[:] = 0
     _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)   # the parent still uses threads
@@ -78,7 +48,7 @@ def test_threaded_host_copy_in_child_after_parent_used_copy_threads():
 
 
 def test_host_only_etptr_in_child_without_cuda():
-    out = run_isolated(FORK + """
+    out = run_isolated(FORK_AND_WAIT + """
     import numpy as np
     import etptr, etptr.cuda
     from etptr.testing import HostDeviceAllocator, use_allocator
@@ -97,7 +67,7 @@ def test_host_only_etptr_in_child_without_cuda():
         print("CHILD OK")
         return 0
 
-    status = fork_and_wait(child)
+    status = fork_and_wait(child, limit=30)
     assert status == 0, status
     print("PARENT OK")
     """, timeout=120)

@@ -33,7 +33,7 @@ from etptr import DeviceType, ScalarType
 from etptr.cuda import copy_config
 from etptr.testing import use_allocator
 
-from _helpers import run_isolated
+from _helpers import FORK_AND_WAIT, run_isolated
 
 FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
 MiB = 1 << 20
@@ -278,8 +278,8 @@ def test_deleter_raising_in_teardown_warns(alloc, cp, pool, ndev):
 
 # ------------------------------------------------------------------ fork
 
-FORK_PRELUDE = """
-    import gc, os, signal, sys, time, traceback, warnings
+FORK_PRELUDE = FORK_AND_WAIT + """
+    import gc
     import numpy as np
     import etptr
     import etptr.cuda
@@ -294,36 +294,6 @@ FORK_PRELUDE = """
         _staging._set_backend(fake)
         etptr.register_device_allocator(etptr.cuda.CudaAllocator())
 
-    def fork_and_wait(child, limit=60, normal_exit=False):
-        # fork; run child() there and exit with its status (os._exit, or with
-        # normal_exit through the interpreter's shutdown); wait at most ``limit`` s
-        sys.stdout.flush()
-        sys.stderr.flush()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)   # fork with threads running
-            pid = os.fork()
-        if pid == 0:
-            status = 1
-            try:
-                signal.alarm(limit)          # a hang in the child ends it with SIGALRM
-                status = child()
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                if not normal_exit:
-                    os._exit(status)
-            raise SystemExit(status)         # unwinds the script: atexit, module teardown
-        deadline = time.monotonic() + limit + 10
-        while time.monotonic() < deadline:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return os.waitstatus_to_exitcode(status)
-            time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise AssertionError("the forked child hung")
 """
 
 FORK_AFTER_CUDA = FORK_PRELUDE + """
