@@ -67,10 +67,8 @@ cdef object c_cupy()
 cdef PinnedHostPool c_default_pool()
 cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,
                   object small_bytes) except -1
-cdef int c_copy_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
-                    CopyConfig* cfg) except -1
-cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
-                    CopyConfig* cfg) except -1
+cdef int c_copy(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+                CopyConfig* cfg, bint h2d) except -1
 cdef intptr_t c_stream_handle(object stream) except? -1
 cdef struct DeviceGuard:
     void* prev                # the context current before c_enter_device (may be NULL)

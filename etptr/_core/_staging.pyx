@@ -255,46 +255,34 @@ cdef int _real_primary(void** ctx, int ordinal) noexcept nogil:
     return _cuDevicePrimaryCtxRetain(ctx, device)
 
 
-cdef void* _symbol(void* lib, const char* name) noexcept:
-    return dlsym(lib, name) if lib != NULL else NULL
-
-
 cdef str _driver_why = "CuPy not loaded yet"   # why the shims are in use
+
+
+# libcuda's functions the table uses, in the order _load_driver reads them
+_DRIVER_SYMBOLS = (b"cuCtxGetCurrent", b"cuCtxSetCurrent", b"cuCtxGetDevice", b"cuDeviceGet",
+                   b"cuDevicePrimaryCtxRetain", b"cuMemcpyHtoDAsync_v2", b"cuMemcpyDtoHAsync_v2",
+                   b"cuStreamSynchronize", b"cuEventRecord", b"cuEventSynchronize",
+                   b"cuEventQuery", b"cuStreamWaitEvent", b"cuPointerGetAttribute",
+                   b"cuGetErrorName")
 
 
 cdef bint _load_driver():
     """Point the table at libcuda's functions; False when a symbol is missing."""
     global _cuDeviceGet, _cuDevicePrimaryCtxRetain, _cuGetErrorName, _driver_why
     cdef void* lib = dlopen(b"libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
-    cdef void* f[15]
-    cdef const char* names[15]
+    cdef void* f[14]
     cdef const char* err
-    cdef int i
+    cdef bytes name
     if lib == NULL:
         lib = dlopen(b"libcuda.so", RTLD_NOW | RTLD_LOCAL)
     if lib == NULL:
         err = dlerror()
         _driver_why = f"dlopen(libcuda.so.1): {err.decode() if err != NULL else '?'}"
         return False
-    names[0] = b"cuCtxGetCurrent"
-    names[1] = b"cuCtxSetCurrent"
-    names[2] = b"cuCtxGetDevice"
-    names[3] = b"cuDeviceGet"
-    names[4] = b"cuDevicePrimaryCtxRetain"
-    names[5] = b"cuMemcpyHtoDAsync_v2"
-    names[6] = b"cuMemcpyDtoHAsync_v2"
-    names[7] = b"cuStreamSynchronize"
-    names[8] = b"cuEventRecord"
-    names[9] = b"cuEventSynchronize"
-    names[10] = b"cuEventQuery"
-    names[11] = b"cuStreamWaitEvent"
-    names[12] = b"cuPointerGetAttribute"
-    names[13] = b"cuGetErrorName"
-    names[14] = NULL
-    for i in range(14):
-        f[i] = _symbol(lib, names[i])
+    for i, name in enumerate(_DRIVER_SYMBOLS):
+        f[i] = dlsym(lib, name)
         if f[i] == NULL:
-            _driver_why = f"libcuda has no {names[i].decode()}"
+            _driver_why = f"libcuda has no {name.decode()}"
             return False
     _api.ctx_get = <_f_ctx_get>f[0]
     _api.ctx_set = <_f_ctx_set>f[1]
@@ -337,22 +325,26 @@ cdef int _shim_failed(BaseException exc) noexcept:
     return _SHIM_FAILED
 
 
-cdef int _shim_call(object module, str name, tuple args) noexcept:
-    """``module.name(*args)`` with the GIL held: 0, or _SHIM_FAILED with the exception kept."""
+cdef int _shim_call(object module, str name, tuple args, intptr_t* out=NULL) noexcept:
+    """``module.name(*args)`` with the GIL held (its result into ``out`` when given): 0,
+    or _SHIM_FAILED with the exception kept."""
     try:
-        getattr(module, name)(*args)
+        result = getattr(module, name)(*args)
+        if out != NULL:
+            out[0] = result
         return 0
     except BaseException as exc:
         return _shim_failed(exc)
 
 
 cdef int _shim_ctx_get(void** ctx) noexcept nogil:
+    cdef intptr_t v = 0
+    cdef int rc
     with gil:
-        try:
-            ctx[0] = <void*><intptr_t>_drv.ctxGetCurrent()
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        rc = _shim_call(_drv, "ctxGetCurrent", (), &v)
+    if rc == 0:
+        ctx[0] = <void*>v
+    return rc
 
 
 cdef int _shim_ctx_set(void* ctx) noexcept nogil:
@@ -361,12 +353,13 @@ cdef int _shim_ctx_set(void* ctx) noexcept nogil:
 
 
 cdef int _shim_ctx_device(int* dev) noexcept nogil:
+    cdef intptr_t v = 0
+    cdef int rc
     with gil:
-        try:
-            dev[0] = _rt.getDevice()
-            return 0
-        except BaseException as exc:
-            return _shim_failed(exc)
+        rc = _shim_call(_rt, "getDevice", (), &v)
+    if rc == 0:
+        dev[0] = <int>v
+    return rc
 
 
 cdef int _shim_primary(void** ctx, int dev) noexcept nogil:
@@ -407,11 +400,11 @@ cdef int _shim_event_sync(void* e) noexcept nogil:
 
 
 cdef int _shim_event_query(void* e) noexcept nogil:
+    cdef intptr_t v = 0
+    cdef int rc
     with gil:
-        try:
-            return _rt.eventQuery(<intptr_t>e)
-        except BaseException as exc:
-            return _shim_failed(exc)
+        rc = _shim_call(_rt, "eventQuery", (<intptr_t>e,), &v)
+    return <int>v if rc == 0 else rc
 
 
 cdef int _shim_stream_wait_event(void* s, void* e, unsigned int flags) noexcept nogil:
@@ -1318,15 +1311,22 @@ cdef intptr_t c_stream_handle(object stream) except? -1:
     return h
 
 
-cdef bint _is_page_locked(uintptr_t address) except -1:
-    cdef unsigned int kind = 0
-    cdef int rc = _api.pointer_attr(&kind, _ATTR_MEMORY_TYPE, address)
+cdef int _pointer_attr(void* out, int attr, uintptr_t address) except -1:
+    """cuPointerGetAttribute, for callers to whom a failure is an answer (memory CUDA
+    does not know): its return code, except that a KeyboardInterrupt (or the like)
+    caught in a shim is raised, not taken for that answer."""
+    cdef int rc = _api.pointer_attr(out, attr, address)
     if rc == _SHIM_FAILED:
         exc = getattr(_shim_errors, "exc", None)
         _shim_errors.exc = None
         if exc is not None and not isinstance(exc, Exception):
-            raise exc             # KeyboardInterrupt and the like
-    if rc != 0:
+            raise exc
+    return rc
+
+
+cdef bint _is_page_locked(uintptr_t address) except -1:
+    cdef unsigned int kind = 0
+    if _pointer_attr(&kind, _ATTR_MEMORY_TYPE, address) != 0:
         return False              # memory CUDA does not know: pageable
     return kind == _MEMORY_TYPE_HOST
 
@@ -1474,7 +1474,6 @@ cdef long long _tp_sleepers = 0          # atomic: workers asleep, or about to s
 cdef int _tp_workers = 0                  # threads started (changed under _tp_sleep_lock)
 cdef int _tp_failed = 0                   # pthread_create failures (the callers copy alone)
 cdef long long _tp_epoch = 0              # bumped by _tp_init (at import and after fork)
-cdef int _tp_cap = 1                      # workers started for concurrent jobs: CPUs - 1
 cdef int _tp_ncpu = 1                     # CPUs this process may use
 
 
@@ -1583,7 +1582,7 @@ cdef void _tp_grow(int threads, long long callers) noexcept nogil:
     cdef pthread_attr_t attr
     cdef sigset_t all_signals, old
     cdef long long want = (threads - 1) * callers
-    cdef long long limit = _tp_cap if _tp_cap > threads - 1 else threads - 1
+    cdef long long limit = _tp_ncpu - 1 if _tp_ncpu - 1 > threads - 1 else threads - 1
     if want > limit:
         want = limit
     if _tp_workers >= want:
@@ -1711,7 +1710,6 @@ def _copy_threads():
 
 
 _tp_ncpu = _cpu_count()
-_tp_cap = max(1, _tp_ncpu - 1)
 
 
 # ------------------------------------------------------------------ the engine
@@ -1957,9 +1955,9 @@ cdef int _check_device_range(uintptr_t address, int64_t nbytes, str argname) exc
     """Refuse a copy that would run past the end of the device allocation holding
     ``address`` (asked of the driver), before any byte is read or written."""
     cdef unsigned long long start = 0, size = 0
-    if _api.pointer_attr(&start, _ATTR_RANGE_START, address) != 0:
+    if _pointer_attr(&start, _ATTR_RANGE_START, address) != 0:
         return 0              # not an allocation the driver can describe: leave it to CUDA
-    if _api.pointer_attr(&size, _ATTR_RANGE_SIZE, address) != 0 or size == 0:
+    if _pointer_attr(&size, _ATTR_RANGE_SIZE, address) != 0 or size == 0:
         return 0
     if address < start or <uint64_t>nbytes > size - (address - start):
         raise_error(Error.InvalidArgument,
@@ -1972,7 +1970,7 @@ cdef _Slab _pool_block_containing(uintptr_t address):
     """The pool block whose memory holds ``address`` (not its start), or None: asked of
     the driver, so that a stream-ordered copy from a view into a block protects it too."""
     cdef unsigned long long start = 0
-    if _api.pointer_attr(&start, _ATTR_RANGE_START, address) != 0 or start == 0:
+    if _pointer_attr(&start, _ATTR_RANGE_START, address) != 0 or start == 0:
         return None
     if start == address:
         return None
@@ -1993,8 +1991,16 @@ cdef int _one_dma(uintptr_t dst, uintptr_t src, int64_t nbytes, bint h2d, intptr
     return rc
 
 
-cdef int _copy(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
-               CopyConfig* cfg, bint h2d) except -1:
+cdef int c_copy(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+                CopyConfig* cfg, bint h2d) except -1:
+    """Copy ``nbytes`` host -> device (``h2d``: ``src`` host, ``dst`` on ``dev``) or
+    device -> host (``src`` on ``dev``, ``dst`` host).
+
+    ``stream`` None: synchronous (on the device's copy stream, ordered after the
+    caller's current stream). Otherwise queued on ``stream``: a pageable host side
+    has been read (H2D) or written (D2H) when this returns; a page-locked one is
+    read or written by the DMA later.
+    """
     cdef DeviceGuard guard
     cdef _Engine eng
     cdef intptr_t s
@@ -2035,29 +2041,6 @@ cdef int _copy(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object str
     finally:
         c_exit_device(&guard)
     return 0
-
-
-cdef int c_copy_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
-                    CopyConfig* cfg) except -1:
-    """Copy ``nbytes`` from host ``src`` to device ``dst`` on device ``dev``.
-
-    ``stream`` None: synchronous (on the device's copy stream, ordered after
-    the caller's current stream). Otherwise queued on ``stream``: a pageable
-    source has been read when this returns; a page-locked one is read by the
-    DMA later.
-    """
-    return _copy(dst, src, nbytes, dev, stream, cfg, True)
-
-
-cdef int c_copy_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
-                    CopyConfig* cfg) except -1:
-    """Copy ``nbytes`` from device ``src`` (on ``dev``) to host ``dst``.
-
-    Into page-locked memory: one DMA, synchronous when ``stream`` is None,
-    else queued on ``stream`` (``dst`` holds the data once it is synchronized).
-    Into pageable memory the copy is always complete when this returns.
-    """
-    return _copy(dst, src, nbytes, dev, stream, cfg, False)
 
 
 def _pool_block_pending(address):

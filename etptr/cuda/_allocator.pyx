@@ -19,7 +19,7 @@ from etptr._core._error cimport raise_error
 from cpython.ref cimport Py_INCREF
 
 from etptr._core._staging cimport (
-    CopyConfig, c_check_usable, c_config, c_copy_d2h, c_copy_h2d, c_cupy, c_default_pool,
+    CopyConfig, c_check_usable, c_config, c_copy, c_cupy, c_default_pool,
     DeviceGuard, c_current_device, c_enter_device, c_exit_device, c_forked,
     c_stream_handle)
 
@@ -135,6 +135,22 @@ cdef class CudaAllocator(DeviceAllocator):
             raise_error(Error.InvalidArgument,
                         f"index={i}: there are {self.c_ndev} CUDA device(s)")
         return <int>i
+
+    cdef int c_copy(self, bint h2d, object dst, object src, object nbytes, object index,
+                    object stream, object threads, object slot_bytes, object slots,
+                    object small_copy_bytes) except -1:
+        """copy_host_to_device (``h2d``) / copy_device_to_host: check, then copy."""
+        cdef CopyConfig cfg
+        cdef int64_t n = _count(nbytes, "nbytes")
+        cdef int dev
+        c_check_usable("CudaAllocator.copy_host_to_device" if h2d
+                       else "CudaAllocator.copy_device_to_host")
+        dev = self.c_device(index)
+        c_config(&cfg, threads, slot_bytes, slots, small_copy_bytes)
+        if n == 0:
+            return 0
+        c_copy(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg, h2d)
+        return 0
 
     cdef int c_device(self, object index) except -1:
         """The concrete device ``index`` stands for (-1: the current one)."""
@@ -286,15 +302,8 @@ cdef class CudaAllocator(DeviceAllocator):
         InvalidStateError
             This process was forked after CUDA was initialised.
         """
-        cdef CopyConfig cfg
-        cdef int64_t n = _count(nbytes, "nbytes")
-        cdef int dev
-        c_check_usable("CudaAllocator.copy_host_to_device")
-        dev = self.c_device(index)
-        c_config(&cfg, threads, slot_bytes, slots, small_copy_bytes)
-        if n == 0:
-            return
-        c_copy_h2d(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg)
+        self.c_copy(True, dst, src, nbytes, index, stream, threads, slot_bytes, slots,
+                    small_copy_bytes)
 
     def copy_device_to_host(self, dst, src, nbytes, index, *, stream=None, threads=None,
                             slot_bytes=None, slots=None, small_copy_bytes=None):
@@ -326,15 +335,8 @@ cdef class CudaAllocator(DeviceAllocator):
         InvalidStateError
             This process was forked after CUDA was initialised.
         """
-        cdef CopyConfig cfg
-        cdef int64_t n = _count(nbytes, "nbytes")
-        cdef int dev
-        c_check_usable("CudaAllocator.copy_device_to_host")
-        dev = self.c_device(index)
-        c_config(&cfg, threads, slot_bytes, slots, small_copy_bytes)
-        if n == 0:
-            return
-        c_copy_d2h(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg)
+        self.c_copy(False, dst, src, nbytes, index, stream, threads, slot_bytes, slots,
+                    small_copy_bytes)
 
     def allocate_host(self, nbytes, index):
         """A block of page-locked host memory from the process-wide

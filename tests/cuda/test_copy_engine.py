@@ -530,3 +530,27 @@ def test_stream_ordered_clone_from_pageable_memory_keeps_nothing_alive(fake, all
 
     assert run() == 1_200_000
     assert device_used() == base
+
+
+@pytest.mark.parametrize("query, stream", [("pointerGetAttributes", None),
+                                           ("pointerGetRange", None),
+                                           ("pointerGetRange", 0x77)])
+def test_interrupt_in_a_pointer_query_is_not_taken_for_an_answer(fake, cp, alloc, query, stream):
+    # a failed pointer query means "memory CUDA does not know"; a KeyboardInterrupt
+    # arriving in the stand-in's Python during one must still interrupt the copy
+    rt = cp.cuda.runtime
+    real = getattr(rt, query)
+
+    def interrupted(ptr):
+        setattr(rt, query, real)
+        raise KeyboardInterrupt("during " + query)
+
+    t = etptr.make_tensor_ptr(_payload(MiB))
+    setattr(rt, query, interrupted)
+    try:
+        with pytest.raises(KeyboardInterrupt, match=query):
+            etptr.clone_tensor_ptr_to(t, "cuda", stream=stream)
+    finally:
+        setattr(rt, query, real)
+    d = etptr.clone_tensor_ptr_to(t, "cuda", stream=stream)        # and copies still work
+    np.testing.assert_array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), t.numpy())
