@@ -1786,6 +1786,12 @@ cdef struct _Pipe:
     bint pending[64]          # an event recorded on the slot that may not have completed
 
 
+cdef inline int64_t _chunk_len(_Pipe* p, int64_t i) noexcept nogil:
+    """Bytes in chunk ``i`` (the last one may be short)."""
+    cdef int64_t m = p.nbytes - i * p.chunk
+    return p.chunk if m > p.chunk else m
+
+
 cdef int _pipe_failed(int rc, _Pipe* p, bint h2d) except -1 with gil:
     what = "host->device copy" if h2d else "device->host copy"
     c_cuda_failed(rc, f"{what} of nbytes={p.nbytes} on cuda:{p.device}")
@@ -1814,9 +1820,7 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
                 _pipe_failed(rc, p, True)
             p.pending[j] = False
         off = i * p.chunk
-        m = p.nbytes - off
-        if m > p.chunk:
-            m = p.chunk
+        m = _chunk_len(p, i)
         _par_copy(p.slot[j], p.host + off, m, p.threads, p.stream_stores)
         rc = _api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
         if rc == 0:
@@ -1851,18 +1855,14 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
                 _pipe_failed(rc, p, False)
             p.pending[j] = False
             off = (i - p.k) * p.chunk
-            m = p.nbytes - off
-            if m > p.chunk:
-                m = p.chunk
+            m = _chunk_len(p, i - p.k)
             _par_copy(p.host + off, p.slot[j], m, p.threads, False)
             if _hook_set or (i - p.k) % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
                 _between_chunks(False, i - p.k)
         if i < nchunks:
             j = <int>(i % p.k)
             off = i * p.chunk
-            m = p.nbytes - off
-            if m > p.chunk:
-                m = p.chunk
+            m = _chunk_len(p, i)
             rc = _api.dtoh(p.slot[j], p.dev + <unsigned long long>off, <size_t>m, p.stream)
             if rc == 0:
                 rc = _api.event_record(p.event[j], p.stream)
@@ -1923,13 +1923,12 @@ cdef int _staged(uintptr_t dev_ptr, uintptr_t host, int64_t nbytes, int dev, int
             else:
                 with nogil:
                     _pipe_d2h(&p)
-        except BaseException:
-            for j in range(len(slabs)):
+        finally:
+            for j in range(len(slabs)):   # which slots a queued DMA may still touch
                 (<_Slab>slabs[j]).pending = p.pending[j]
-            _drain(s, slabs)
-            raise
-        for j in range(p.k):
-            (<_Slab>slabs[j]).pending = p.pending[j]
+    except BaseException:
+        _drain(s, slabs)
+        raise
     finally:
         _tp_end(epoch)
         _release_all(slabs, cfg.slot_bytes)
