@@ -21,8 +21,9 @@ if os.environ.get("ETPTR_COVERAGE") == "1":
     DIRECTIVES["linetrace"] = True
     MACROS.append(("CYTHON_TRACE_NOGIL", "1"))
 
-# The copy engine starts its own threads (pthreads) and finds libcuda with dlopen.
-THREADED = {"etptr._core._staging"}
+# The host copy threads are pthreads; the CUDA driver layer finds libcuda with dlopen.
+THREADED = {"etptr._core._host_copy"}
+DLOPEN = {"etptr.cuda._driver"}
 
 
 def extensions():
@@ -36,10 +37,11 @@ def extensions():
         if name in THREADED:
             flags.append("-pthread")
             link.append("-pthread")
+        if name in DLOPEN:
             libs.append("dl")
         exts.append(Extension(
             name, [str(rel)],
-            include_dirs=[numpy.get_include()],
+            include_dirs=[numpy.get_include(), str(HERE / "etptr" / "_core")],
             define_macros=MACROS,
             extra_compile_args=flags,
             extra_link_args=link,

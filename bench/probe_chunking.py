@@ -24,14 +24,15 @@ def main(argv):
     import cupy
     import etptr
     import etptr.cuda
-    from etptr._core import _staging
+    from etptr._core import _host_copy
+    from etptr.cuda import _copy_engine, _driver
 
     cupy.cuda.Device(0).use()
-    saved = _staging._get_chunking()
+    saved = _copy_engine._get_chunking()
     ways = [("1 x slot", 1, 1 << 40), ("2 x >=1M", 2, MiB), ("4 x >=1M", 4, MiB),
             ("4 x >=512K", 4, MiB // 2), ("8 x >=1M", 8, MiB)]
     sizes = [MiB // 2, MiB, 2 * MiB, 4 * MiB, 8 * MiB, 16 * MiB, 32 * MiB, 64 * MiB, 128 * MiB]
-    say(f"# chunking probe, {_staging._driver_calls()}, config {etptr.cuda.get_copy_config()}")
+    say(f"# chunking probe, {_driver._driver_calls()}, config {etptr.cuda.get_copy_config()}")
     pool = etptr.cuda.get_pinned_host_pool()
     threads = etptr.cuda.get_copy_config()["threads"]
     say("\n## pieces of a pageable upload, per size (us, median of 9): host copies into a")
@@ -46,13 +47,13 @@ def main(argv):
         s = cupy.cuda.Stream(non_blocking=False)
 
         def fill_dma(stream):
-            _staging._host_copy(blk.ptr, a.ctypes.data, n, threads, stream)
+            _host_copy.parallel_copy(blk.ptr, a.ctypes.data, n, threads, stream)
             cupy.cuda.runtime.memcpyAsync(dbuf.data.ptr, blk.ptr, n, 1, s.ptr)
             s.synchronize()
 
-        row = [median_s(lambda: _staging._host_copy(blk.ptr, a.ctypes.data, n, 1)),
-               median_s(lambda: _staging._host_copy(blk.ptr, a.ctypes.data, n, threads)),
-               median_s(lambda: _staging._host_copy(blk.ptr, a.ctypes.data, n, threads, True)),
+        row = [median_s(lambda: _host_copy.parallel_copy(blk.ptr, a.ctypes.data, n, 1)),
+               median_s(lambda: _host_copy.parallel_copy(blk.ptr, a.ctypes.data, n, threads)),
+               median_s(lambda: _host_copy.parallel_copy(blk.ptr, a.ctypes.data, n, threads, True)),
                median_s(lambda: fill_dma(False)),
                median_s(lambda: fill_dma(True)),
                median_s(lambda: alloc.copy_host_to_device(dbuf.data.ptr, a.ctypes.data, n, 0)),
@@ -60,7 +61,7 @@ def main(argv):
         say(f"{n // 1024:6d} KiB" + "".join(f"{r * 1e6:12.1f}" for r in row))
         del blk
     for stream in (True, False):
-        _staging._set_streaming_stores(stream)
+        _copy_engine._set_streaming_stores(stream)
         say(f"\n## H2D, upload slots filled with {'streaming stores' if stream else 'memcpy'} (GB/s)")
         say("size      " + "".join(f"{w[0]:>12s}" for w in ways))
         for n in sizes:
@@ -68,12 +69,12 @@ def main(argv):
             t = etptr.make_tensor_ptr(a)
             row = []
             for _, target, minimum in ways:
-                _staging._set_chunking(target, minimum)
+                _copy_engine._set_chunking(target, minimum)
                 row.append(n / median_s(lambda: etptr.clone_tensor_ptr_to(t, "cuda")) / 1e9)
             best = max(range(len(ways)), key=lambda i: row[i])
             say(f"{n // 1024:6d} KiB" + "".join(f"{r:12.1f}" for r in row)
                 + f"   best: {ways[best][0]}")
-    _staging._set_streaming_stores(True)
+    _copy_engine._set_streaming_stores(True)
     for direction in ("D2H pageable",):
         say(f"\n## {direction} (GB/s)")
         say("size      " + "".join(f"{w[0]:>12s}" for w in ways))
@@ -83,7 +84,7 @@ def main(argv):
             d = etptr.clone_tensor_ptr_to(t, "cuda")
             row = []
             for _, target, minimum in ways:
-                _staging._set_chunking(target, minimum)
+                _copy_engine._set_chunking(target, minimum)
                 if direction == "H2D":
                     s = median_s(lambda: etptr.clone_tensor_ptr_to(t, "cuda"))
                 else:
@@ -92,7 +93,7 @@ def main(argv):
             best = max(range(len(ways)), key=lambda i: row[i])
             say(f"{n // 1024:6d} KiB" + "".join(f"{r:12.1f}" for r in row)
                 + f"   best: {ways[best][0]}")
-    _staging._set_chunking(*saved)
+    _copy_engine._set_chunking(*saved)
     if argv:
         write_log(argv[0])
     return 0

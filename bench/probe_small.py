@@ -26,8 +26,8 @@ def main(argv):
     import cupy
     import etptr
     import etptr.cuda
-    from etptr._core import _staging
-    say(f"copy engine's CUDA calls: {_staging._driver_calls()}")
+    from etptr.cuda import _driver
+    say(f"copy engine's CUDA calls: {_driver._driver_calls()}")
 
     rt = cupy.cuda.runtime
     drv = cupy.cuda.driver

@@ -35,15 +35,16 @@ def main(argv):
     import cupy
     import etptr
     import etptr.cuda
-    from etptr._core import _staging
+    from etptr._core import _host_copy
+    from etptr.cuda import _driver
 
     rt = cupy.cuda.runtime
     dev = cupy.cuda.Device(0)
     dev.use()
     props = rt.getDeviceProperties(0)
     say(f"# etptr copy sweep on {props['name'].decode()} ({rt.getDeviceCount()} device(s)), "
-        f"{_staging._cpu_count()} CPUs, CuPy {cupy.__version__}, "
-        f"CUDA calls: {_staging._driver_calls()}")
+        f"{_host_copy.cpu_count()} CPUs, CuPy {cupy.__version__}, "
+        f"CUDA calls: {_driver._driver_calls()}")
 
     alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
     pool = etptr.cuda.get_pinned_host_pool()
@@ -92,7 +93,7 @@ def main(argv):
     say("\n## host memcpy pageable -> pinned (GB/s) by threads, 256 MiB")
     n = 256 * MiB
     for t in (1, 2, 4, 6, 8, 12, 16):
-        s = median_time(lambda: _staging._host_copy(pinned[n].ptr, host[n].ctypes.data, n, t), 7)
+        s = median_time(lambda: _host_copy.parallel_copy(pinned[n].ptr, host[n].ctypes.data, n, t), 7)
         say(f"T={t:2d}  {gbps(n, s):6.2f}")
 
     # ------------------------------------------------------------ H2D sweep

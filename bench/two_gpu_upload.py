@@ -59,13 +59,13 @@ def host_copy_seconds(sources, pinned, threads, repeats):
     """Median wall time of the staging copy alone: each source copied into its own
     page-locked block by ``threads`` threads, all sources at once from one Python
     thread each (the host side of the pipeline, without DMA)."""
-    from etptr._core import _staging
+    from etptr._core import _host_copy
     barrier = threading.Barrier(len(sources))
     times = []
 
     def copy(i):
         barrier.wait()
-        _staging._host_copy(pinned[i].ptr, sources[i].data_ptr, sources[i].nbytes, threads)
+        _host_copy.parallel_copy(pinned[i].ptr, sources[i].data_ptr, sources[i].nbytes, threads)
 
     for _ in range(repeats + 1):
         ts = [threading.Thread(target=copy, args=(i,)) for i in range(len(sources))]

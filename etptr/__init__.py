@@ -45,15 +45,12 @@ from etptr._core._device_allocator import (
     get_device_allocator,
     register_device_allocator,
 )
-from etptr._core._tensor_ptr import (
-    TensorPtr,
-    TensorShapeDynamism,
-    clone_tensor_ptr,
+from etptr._core._tensor_ptr import TensorPtr, TensorShapeDynamism
+from etptr._core._make_tensor_ptr import clone_tensor_ptr, make_tensor_ptr, resize_tensor_ptr
+from etptr._core._device_copy import (
     clone_tensor_ptr_to,
     clone_tensor_ptr_to_cpu,
     clone_tensor_ptr_to_device,
-    make_tensor_ptr,
-    resize_tensor_ptr,
 )
 from etptr._core._interop import from_cuda_array_interface, from_dlpack
 from etptr._core._tensor_ptr_maker import (

@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from etptr._core import _staging
+from etptr._core import _host_copy
 
 from _helpers import run_isolated
 
@@ -26,7 +26,7 @@ def test_parallel_copy_is_exact(nbytes, threads, stream, shift):
     out = np.zeros(nbytes + 16, np.uint8)
     out[-1] = 0xA5
     dst = out.ctypes.data + shift
-    _staging._host_copy(dst, a.ctypes.data + shift, nbytes, threads, stream)
+    _host_copy.parallel_copy(dst, a.ctypes.data + shift, nbytes, threads, stream)
     assert np.array_equal(out[shift:shift + nbytes], a[shift:shift + nbytes])
     assert not out[:shift].any() and not out[shift + nbytes:-1].any()   # nothing else written
     assert out[-1] == 0xA5
@@ -44,7 +44,7 @@ def test_copies_from_several_threads_at_once_share_the_pool():
             barrier.wait()
             for r in range(20):
                 outs[i][:] = 0
-                _staging._host_copy(outs[i].ctypes.data, srcs[i].ctypes.data, n, 5 + r % 4)
+                _host_copy.parallel_copy(outs[i].ctypes.data, srcs[i].ctypes.data, n, 5 + r % 4)
                 assert np.array_equal(outs[i], srcs[i]), (i, r)
         except BaseException as exc:          # reported by the main thread
             errors.append(exc)
@@ -56,7 +56,7 @@ def test_copies_from_several_threads_at_once_share_the_pool():
         t.join(120)
     assert not any(t.is_alive() for t in threads), "a copy never finished"
     assert errors == []
-    assert _staging._copy_threads()["failed"] == 0
+    assert _host_copy.copy_threads()["failed"] == 0
 
 
 def test_worker_count_is_bounded():
@@ -65,22 +65,22 @@ def test_worker_count_is_bounded():
     out = run_isolated("""
     import threading
     import numpy as np
-    from etptr._core import _staging
+    from etptr._core import _host_copy
     n = 4 << 20
     a = np.ones(n, np.uint8)
     outs = [np.zeros(n, np.uint8) for _ in range(4)]
-    assert _staging._copy_threads()["workers"] == 0
+    assert _host_copy.copy_threads()["workers"] == 0
     def run(o):
         for _ in range(10):
-            _staging._host_copy(o.ctypes.data, a.ctypes.data, n, 8)
+            _host_copy.parallel_copy(o.ctypes.data, a.ctypes.data, n, 8)
     ts = [threading.Thread(target=run, args=(o,)) for o in outs]
     for t in ts: t.start()
     for t in ts: t.join()
     assert all(o.all() for o in outs)
-    w = _staging._copy_threads()["workers"]
-    assert 1 <= w <= max(_staging._cpu_count() - 1, 7), w
-    _staging._host_copy(outs[0].ctypes.data, a.ctypes.data, n, 24)
-    w = _staging._copy_threads()["workers"]
+    w = _host_copy.copy_threads()["workers"]
+    assert 1 <= w <= max(_host_copy.cpu_count() - 1, 7), w
+    _host_copy.parallel_copy(outs[0].ctypes.data, a.ctypes.data, n, 24)
+    w = _host_copy.copy_threads()["workers"]
     assert w >= 23, w
     print("OK", w)
     """, timeout=120)

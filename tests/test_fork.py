@@ -18,29 +18,30 @@ def test_threaded_host_copy_in_child_after_parent_used_copy_threads():
     # start its own (not wait forever for the parent's), and the parent keeps its own.
     out = run_isolated(FORK_AND_WAIT + """
     import numpy as np
-    from etptr._core import _staging
+    from etptr._core import _host_copy
+    from etptr.cuda import _driver
     a = np.frombuffer(np.random.default_rng(0).bytes(16 << 20), np.uint8)
     b = np.zeros_like(a)
-    _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)
+    _host_copy.parallel_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)
     assert np.array_equal(a, b)
-    parent_workers = _staging._copy_threads()["workers"]
-    assert parent_workers >= 3, _staging._copy_threads()
+    parent_workers = _host_copy.copy_threads()["workers"]
+    assert parent_workers >= 3, _host_copy.copy_threads()
 
     def child():
-        assert _staging._copy_threads()["workers"] == 0, _staging._copy_threads()
+        assert _host_copy.copy_threads()["workers"] == 0, _host_copy.copy_threads()
         c = np.zeros_like(a)
-        _staging._host_copy(c.ctypes.data, a.ctypes.data, a.nbytes, 4)
+        _host_copy.parallel_copy(c.ctypes.data, a.ctypes.data, a.nbytes, 4)
         assert np.array_equal(a, c)
-        assert _staging._copy_threads()["workers"] >= 3, _staging._copy_threads()
+        assert _host_copy.copy_threads()["workers"] >= 3, _host_copy.copy_threads()
         print("CHILD OK")
         return 0
 
     status = fork_and_wait(child, limit=30)
     assert status == 0, status
     b[:] = 0
-    _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)   # the parent still uses threads
+    _host_copy.parallel_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 4)   # the parent still uses threads
     assert np.array_equal(a, b)
-    assert _staging._copy_threads()["workers"] == parent_workers
+    assert _host_copy.copy_threads()["workers"] == parent_workers
     print("PARENT OK")
     """, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -56,8 +57,9 @@ def test_host_only_etptr_in_child_without_cuda():
     pool = etptr.cuda.get_pinned_host_pool()
 
     def child():
-        from etptr._core import _staging
-        assert not _staging._cuda_forked()          # CUDA was never used: nothing refused
+        from etptr._core import _host_copy
+        from etptr.cuda import _driver
+        assert not _driver._cuda_forked()          # CUDA was never used: nothing refused
         c = etptr.clone_tensor_ptr(t, etptr.ScalarType.Float)
         assert c.numpy().sum() == 66.0
         assert pool.stats()["in_use_bytes"] == 0

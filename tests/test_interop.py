@@ -694,26 +694,35 @@ class _Attrs:
 
 
 @pytest.fixture
-def fake_cupy(monkeypatch):
-    """A stand-in CuPy runtime: records the queries etptr makes of it."""
+def fake_cupy():
+    """etptr's CUDA layer over a host-memory stand-in for CuPy whose runtime records the
+    queries etptr makes of it (``table``: address -> what pointerGetAttributes answers)."""
+    from etptr.cuda import _driver
+    from _helpers import load_fakecupy
     calls = []
     table = {}
+    cupy = load_fakecupy().make(ndev=3)
+    rt = cupy.cuda.runtime
 
     def pointerGetAttributes(ptr):
         calls.append(("pointerGetAttributes", ptr))
         if ptr not in table:
-            raise RuntimeError("cudaErrorInvalidValue")
+            raise rt.CUDARuntimeError(1, "cudaErrorInvalidValue")
         return table[ptr]
 
-    runtime = types.SimpleNamespace(
-        pointerGetAttributes=pointerGetAttributes,
-        getDevice=lambda: calls.append(("getDevice",)) or 2,
-        streamSynchronize=lambda s: calls.append(("streamSynchronize", s)),
-    )
-    cupy = types.ModuleType("cupy")
-    cupy.cuda = types.SimpleNamespace(runtime=runtime)
-    monkeypatch.setitem(sys.modules, "cupy", cupy)
-    return calls, table
+    def getDevice():
+        calls.append(("getDevice",))
+        return 2
+
+    def streamSynchronize(s):
+        calls.append(("streamSynchronize", s))
+
+    rt.pointerGetAttributes = pointerGetAttributes
+    rt.getDevice = getDevice
+    rt.streamSynchronize = streamSynchronize
+    _driver._set_backend(cupy)
+    yield calls, table
+    _driver._set_backend(None)
 
 
 def test_cai_device_asked_of_the_runtime(fake_cupy):
@@ -742,6 +751,8 @@ def test_cai_null_pointer_uses_current_device(fake_cupy):
 
 
 def test_cai_without_cupy_needs_device(monkeypatch):
+    from etptr.cuda import _driver
+    _driver._set_backend(None)
     monkeypatch.setitem(sys.modules, "cupy", None)      # import cupy -> ImportError
     with pytest.raises(etptr.NotSupportedError, match="device="):
         etptr.from_cuda_array_interface(CAI(np.zeros(2)))

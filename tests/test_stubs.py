@@ -15,10 +15,9 @@ pytest.importorskip("mypy")
 
 HERE = Path(__file__).resolve().parent
 QUICKSTART = HERE.parent / "examples" / "quickstart.py"
-COMPILED = ["etptr._core._error", "etptr._core._scalar_type", "etptr._core._device",
-            "etptr._core._device_allocator", "etptr._core._tensor_ptr",
-            "etptr._core._tensor_ptr_maker", "etptr._core._interop", "etptr._core._staging",
-            "etptr.cuda._allocator"]
+COMPILED = sorted(".".join(p.relative_to(Path(etptr.__file__).resolve().parent.parent)
+                           .with_suffix("").parts)
+                  for p in Path(etptr.__file__).resolve().parent.rglob("*.pyx"))
 
 
 def _env():

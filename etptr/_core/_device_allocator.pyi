@@ -1,12 +1,13 @@
 """Type stubs for etptr._core._device_allocator: DeviceAllocator and its registry."""
 from typing import Any, Final, final
 
-from typing_extensions import Buffer
+from typing_extensions import Buffer, disjoint_base
 
 from etptr._core._device import Device, DeviceType
 
 DEFAULT_ALIGNMENT: Final[int]
 
+@disjoint_base
 class DeviceAllocator:
     @property
     def device_type(self) -> DeviceType: ...

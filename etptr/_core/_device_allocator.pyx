@@ -3,17 +3,66 @@
 Mirrors ExecuTorch ``runtime/core/device_allocator.h``: one
 :class:`DeviceAllocator` per :class:`DeviceType`, registered once, looked up
 by tensors that live on (or are cloned to) that device type.
+
+The rest of etptr reaches an allocator through its C-level methods
+(``c_allocate``, ``c_copy_h2d``, ...). For an allocator written in Python they
+call its Python methods and check what comes back (an address that is not an
+address is refused, and never freed); the compiled CUDA allocator overrides
+them with direct calls into the copy engine.
 """
 cimport cython
+from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
 
+import inspect
 import threading
+import weakref
 
+from etptr._core._args cimport c_int_arg, c_result_int, c_type_name
 from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
-from etptr._core._error import Error
+
 from etptr._core._device import DeviceType
+from etptr._core._error import Error
 
 DEFAULT_ALIGNMENT = 8  # bytes, ExecuTorch's kDefaultAlignment
+
+_DEVICE_TYPES = tuple(DeviceType)
+
+# type(allocator) -> {(method, keyword): accepted}; weak, so that allocator classes can go
+cdef object _kw_support = weakref.WeakKeyDictionary()
+
+
+cdef bint _takes_keyword(object alloc, str method, str keyword) except -1:
+    """Whether ``type(alloc).method`` accepts ``keyword`` (or ``**kwargs``); cached per type."""
+    cls = type(alloc)
+    per_type = _kw_support.get(cls)
+    if per_type is None:
+        per_type = {}
+        try:
+            _kw_support[cls] = per_type
+        except TypeError:         # a type that cannot be weakly referenced: do not cache
+            pass
+    key = (method, keyword)
+    found = per_type.get(key)
+    if found is None:
+        try:
+            params = inspect.signature(getattr(cls, method)).parameters
+            found = keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+        except (TypeError, ValueError, AttributeError):
+            found = False
+        per_type[key] = found
+    return found
+
+
+cdef uintptr_t _address(object ptr, object alloc, int64_t nbytes) except? 0:
+    """What ``alloc.allocate`` returned, checked to be an address (0 only for 0 bytes).
+    Something else is refused and never handed to ``deallocate``: it was not allocated."""
+    cdef str what = f"{c_type_name(alloc)}.allocate"
+    cdef int64_t a = c_result_int(ptr, what, "an int address", ", not an address", 0, INT64_MAX)
+    if a == 0 and nbytes > 0:
+        raise_error(Error.MemoryAllocationFailed,
+                    f"{what} returned a null address for {nbytes} bytes")
+    return <uintptr_t>a
 
 
 cdef class DeviceAllocator:
@@ -99,10 +148,51 @@ cdef class DeviceAllocator:
     def allocate_host(self, nbytes, index):
         """Optional hook: host memory that device->host clones land in (e.g. a
         page-locked block). The object must expose a writable buffer of at
-        least ``nbytes`` bytes and owns the memory; ``None`` (the default)
-        makes etptr use ordinary pageable memory.
+        least ``nbytes`` bytes and owns the memory; etptr holds the object
+        (and its buffer export) for as long as the tensor over it lives.
+        ``None`` (the default) makes etptr use ordinary pageable memory.
         """
         return None
+
+    # -------------------------------------------------------------- C level
+    cdef uintptr_t c_allocate(self, int64_t nbytes, int index, int64_t alignment,
+                              object stream) except? 0:
+        """``allocate(nbytes, index, alignment[, stream=])``, its result checked."""
+        if stream is not None and _takes_keyword(self, "allocate", "stream"):
+            ptr = self.allocate(nbytes, index, alignment, stream=stream)
+        else:
+            ptr = self.allocate(nbytes, index, alignment)
+        return _address(ptr, self, nbytes)
+
+    cdef int c_deallocate(self, uintptr_t ptr, int index) except -1:
+        self.deallocate(ptr, index)
+        return 0
+
+    cdef int c_copy_h2d(self, uintptr_t dst, uintptr_t src, int64_t nbytes, int index,
+                        object stream) except -1:
+        if stream is not None and _takes_keyword(self, "copy_host_to_device", "stream"):
+            self.copy_host_to_device(dst, src, nbytes, index, stream=stream)
+        else:
+            self.copy_host_to_device(dst, src, nbytes, index)
+        return 0
+
+    cdef int c_copy_d2h(self, uintptr_t dst, uintptr_t src, int64_t nbytes, int index,
+                        object stream) except -1:
+        if stream is not None and _takes_keyword(self, "copy_device_to_host", "stream"):
+            self.copy_device_to_host(dst, src, nbytes, index, stream=stream)
+        else:
+            self.copy_device_to_host(dst, src, nbytes, index)
+        return 0
+
+    cdef object c_allocate_host(self, int64_t nbytes, int index):
+        return self.allocate_host(nbytes, index)
+
+    cdef int c_resolve_index(self, int index) except -2:
+        """``resolve_index(index)``, checked to be a concrete device index (0..127)."""
+        r = self.resolve_index(index)
+        return <int>c_result_int(r, f"{c_type_name(self)}.resolve_index({index})",
+                                 "an int device index", "; expected a device index in 0..127",
+                                 0, 127)
 
 
 # ------------------------------------------------------------------ registry
@@ -111,6 +201,12 @@ cdef cython.pymutex _lock
 cdef dict _allocators = {}
 cdef set _autoload_tried = set()       # device types whose built-in allocator was tried
 cdef object _autoload_lock = threading.RLock()
+cdef int _generation = 0               # bumped whenever a registration changes
+
+
+cdef int c_registry_generation() noexcept:
+    """A counter that changes whenever an allocator is registered or replaced."""
+    return _generation
 
 
 cdef object _device_type_of(object alloc):
@@ -122,24 +218,24 @@ cdef object _device_type_of(object alloc):
     except Exception as exc:
         raise_error(Error.InvalidArgument,
                     f"alloc.device_type could not be read: {exc!r}")
-    try:
-        return DeviceType(dt)
-    except (ValueError, TypeError):
-        raise_error(Error.InvalidArgument, f"alloc.device_type={dt!r} is not a DeviceType")
+    if isinstance(dt, bool) or not hasattr(type(dt), "__index__") or \
+            not 0 <= dt.__index__() < len(_DEVICE_TYPES):
+        raise_error(Error.InvalidArgument, f"alloc.device_type={dt!r:.80} is not a DeviceType")
+    return _DEVICE_TYPES[dt.__index__()]
 
 
-cdef int _device_type_arg(object device_type) except -1:
+cdef int _device_type_arg(object device_type, str argname) except -1:
     """``device_type`` (DeviceType, int code, Device or a device string) checked, as an int."""
-    if isinstance(device_type, (str, Device)):
-        return (<Device>c_device(device_type, "device_type")).c_type
+    if isinstance(device_type, str) or isinstance(device_type, Device):
+        return (<Device>c_device(device_type, argname)).c_type
     if isinstance(device_type, bool) or not hasattr(type(device_type), "__index__"):
         raise_error(Error.InvalidType,
-                    f"device_type must be an etptr.DeviceType, got {device_type!r}")
-    try:
-        return DeviceType(device_type.__index__())
-    except ValueError:
+                    f"{argname} must be an etptr.DeviceType, got {device_type!r:.80}")
+    code = device_type.__index__()
+    if not 0 <= code < len(_DEVICE_TYPES):
         raise_error(Error.InvalidArgument,
-                    f"device_type={device_type!r} is not a DeviceType code (0=CPU, 1=CUDA)")
+                    f"{argname}={device_type!r} is not a DeviceType code (0=CPU, 1=CUDA)")
+    return code
 
 
 cdef _autoload(int device_type):
@@ -152,7 +248,7 @@ cdef _autoload(int device_type):
         _autoregister()
 
 
-cpdef object c_get_allocator(int device_type):
+cpdef DeviceAllocator c_get_allocator(int device_type):
     cdef object found
     with _lock:
         found = _allocators.get(device_type)
@@ -172,9 +268,49 @@ cpdef object c_get_allocator(int device_type):
     return found
 
 
+cdef object _why_cache = None      # (registry generation, reason CUDA is unavailable)
+
+
+cdef str _why_no_allocator(int device_type):
+    """Why no allocator serves ``device_type``, as a message suffix. The reason CUDA is
+    unavailable (a failed ``import cupy`` costs about a millisecond) is asked once per
+    state of the registry."""
+    global _why_cache
+    if device_type != 1:
+        return "; register one with etptr.register_device_allocator"
+    if _why_cache is not None and _why_cache[0] == _generation:
+        why = _why_cache[1]
+    else:
+        try:
+            from etptr.cuda import unavailable_reason
+            why = unavailable_reason()
+        except Exception:
+            why = None
+        _why_cache = (_generation, why)
+    if why:
+        return f" ({why}); or register your own with etptr.register_device_allocator"
+    return (" (the CUDA allocator needs CuPy and a CUDA device: pip install 'etptr[cuda13]' "
+            "or 'etptr[cuda12]'); or register your own with etptr.register_device_allocator")
+
+
+cdef DeviceAllocator c_allocator_for(int device_type, int index, str argname):
+    """The allocator registered for ``device_type``, or NotFoundError naming ``argname``."""
+    cdef DeviceAllocator alloc = c_get_allocator(device_type)
+    if alloc is None:
+        raise_error(Error.NotFound,
+                    f"{argname}={_device_str(device_type, index)}: no DeviceAllocator is "
+                    f"registered for DeviceType.{_DEVICE_TYPES[device_type].name}"
+                    + _why_no_allocator(device_type))
+    return alloc
+
+
+cdef str _device_str(int device_type, int index):
+    return "cpu" if device_type == 0 else f"cuda:{index}"
+
+
 def _forget_autoload(device_type):
     """Let the next lookup of ``device_type`` try its built-in allocator again. For tests."""
-    _autoload_tried.discard(int(device_type))
+    _autoload_tried.discard(_device_type_arg(device_type, "device_type"))
 
 
 def _replace_allocator(device_type, alloc):
@@ -182,17 +318,19 @@ def _replace_allocator(device_type, alloc):
 
     For :func:`etptr.testing.use_allocator`; not part of the public API.
     """
-    dt = DeviceType(device_type)
+    global _generation
+    cdef int dt = _device_type_arg(device_type, "device_type")
     if alloc is not None and _device_type_of(alloc) != dt:
         raise_error(Error.InvalidArgument,
-                    f"alloc serves {alloc.device_type!r}, not {dt!r}")
-    _autoload_tried.add(int(dt))
+                    f"alloc serves {alloc.device_type!r}, not {_DEVICE_TYPES[dt]!r}")
+    _autoload_tried.add(dt)
     with _lock:
-        prev = _allocators.get(int(dt))
+        prev = _allocators.get(dt)
         if alloc is None:
-            _allocators.pop(int(dt), None)
+            _allocators.pop(dt, None)
         else:
-            _allocators[int(dt)] = alloc
+            _allocators[dt] = alloc
+        _generation += 1
     return prev
 
 
@@ -225,6 +363,7 @@ cdef class DeviceAllocatorRegistry:
         InvalidArgumentError
             ``alloc.device_type`` is not a DeviceType, or is CPU.
         """
+        global _generation
         dt = _device_type_of(alloc)
         if dt == DeviceType.CPU:
             raise_error(Error.InvalidArgument,
@@ -233,6 +372,7 @@ cdef class DeviceAllocatorRegistry:
             prev = _allocators.get(int(dt))
             if prev is None:
                 _allocators[int(dt)] = alloc
+                _generation += 1
         if prev is not None:
             raise_error(Error.InvalidState,
                         f"an allocator is already registered for {dt!r}: "
@@ -243,7 +383,7 @@ cdef class DeviceAllocatorRegistry:
         lookup of CUDA registers :class:`etptr.cuda.CudaAllocator` when CuPy
         imports and a CUDA device exists.
         """
-        return c_get_allocator(_device_type_arg(device_type))
+        return c_get_allocator(_device_type_arg(device_type, "device_type"))
 
 
 cdef DeviceAllocatorRegistry _REGISTRY = DeviceAllocatorRegistry.__new__(DeviceAllocatorRegistry)
@@ -261,4 +401,4 @@ def get_device_allocator(device_type):
     """The allocator registered for ``device_type``, or None
     (ExecuTorch ``get_device_allocator``).
     """
-    return c_get_allocator(_device_type_arg(device_type))
+    return c_get_allocator(_device_type_arg(device_type, "device_type"))

@@ -71,13 +71,13 @@ cdef tuple _dlpack_device(TensorPtr t):
     return (kDLCUDA, t.c_device.c_index)
 
 
-cdef int _fill_dltensor(DLTensor* dl, _DLContext* ctx, TensorPtr t) except -1:
+cdef int _fill_dltensor(DLTensor* dl, _DLContext* ctx, TensorPtr t, uintptr_t address) except -1:
     cdef int i
     cdef uint8_t code = _DL_CODE[t.c_type]
     for i in range(t.c_dim):
         ctx.shape[i] = t.c_sizes[i]
         ctx.strides[i] = t.c_strides[i]
-    dl.data = t.c_data
+    dl.data = <void*>address
     dl.device.device_type = kDLCPU if t.c_device.c_type == 0 else kDLCUDA
     dl.device.device_id = 0 if t.c_device.c_type == 0 else t.c_device.c_index
     dl.ndim = t.c_dim
@@ -90,34 +90,57 @@ cdef int _fill_dltensor(DLTensor* dl, _DLContext* ctx, TensorPtr t) except -1:
     return 0
 
 
+cdef tuple _dl_device_arg(object dl_device):
+    """``dl_device`` as a (device_type, device_id) pair of ints, or BufferError."""
+    if not isinstance(dl_device, tuple) or len(dl_device) != 2:
+        raise BufferError(f"dl_device={dl_device!r:.80} is not a (device_type, device_id) tuple")
+    try:
+        return (PyNumber_Index(dl_device[0]), PyNumber_Index(dl_device[1]))
+    except TypeError:
+        raise BufferError(f"dl_device={dl_device!r:.80} is not a (device_type, device_id) "
+                          f"tuple of ints")
+
+
 cdef object _to_dlpack(TensorPtr t, object stream, object max_version, object dl_device,
                        object copy):
     cdef bint versioned = False
     cdef bint copied = False
+    cdef uintptr_t address
     cdef _DLContext* ctx
     cdef DLManagedTensor* legacy
     cdef DLManagedTensorVersioned* vm
     if _DL_CODE[t.c_type] == 255:
         raise BufferError(f"ScalarType.{_SCALAR_TYPES[t.c_type].name} has no DLPack data type")
-    if dl_device is not None and tuple(dl_device) != _dlpack_device(t):
+    if dl_device is not None and _dl_device_arg(dl_device) != _dlpack_device(t):
         raise BufferError(f"dl_device={tuple(dl_device)!r}: the tensor is on {t.c_device} "
                           f"{_dlpack_device(t)}; copy it with clone_tensor_ptr_to first")
-    if copy:
-        if t.c_device.c_type != 0:
-            raise BufferError("copy=True is supported for CPU tensors only; "
-                              "use clone_tensor_ptr_to for device copies")
-        t = clone_tensor_ptr(t)
-        copied = True
-    if t.c_data == NULL and t.c_numel != 0:
-        raise BufferError("the tensor has null data (made with data=None)")
+    if t.c_device.c_type == 1 and stream is not None and not isinstance(stream, bool):
+        try:
+            if PyNumber_Index(stream) == 0:
+                raise BufferError("stream=0 is ambiguous for CUDA and refused by the DLPack "
+                                  "protocol: pass 1 (legacy default stream), 2 (per-thread "
+                                  "default stream) or a stream handle")
+        except TypeError:
+            pass                  # a stream object: nothing to wait for (see the docstring)
     if max_version is not None:
         try:
             versioned = int(max_version[0]) >= 1
         except (TypeError, IndexError, ValueError):
             raise BufferError(f"max_version={max_version!r} is not a (major, minor) tuple")
+    c_check_alive(t.c_storage, "__dlpack__")
+    if copy:
+        if t.c_device.c_type != 0:
+            raise BufferError("copy=True is supported for CPU tensors only; "
+                              "use clone_tensor_ptr_to for device copies")
+        from etptr._core._make_tensor_ptr import clone_tensor_ptr
+        t = clone_tensor_ptr(t)
+        copied = True
+    if t.c_data == NULL and t.c_numel != 0:
+        raise BufferError("the tensor has null data (made with data=None)")
     if not versioned and t.c_readonly:
         raise BufferError("the tensor's memory is read-only, which a legacy (pre-1.0) DLPack "
                           "capsule cannot express; ask for max_version=(1, 0) or copy it")
+    address = _export_address(t)
     ctx = <_DLContext*>malloc(sizeof(_DLContext))
     if ctx == NULL:
         raise MemoryError()
@@ -134,7 +157,7 @@ cdef object _to_dlpack(TensorPtr t, object stream, object max_version, object dl
         vm.deleter = _dl_deleter_versioned
         vm.flags = (DLPACK_FLAG_BITMASK_READ_ONLY if t.c_readonly else 0) | \
                    (DLPACK_FLAG_BITMASK_IS_COPIED if copied else 0)
-        _fill_dltensor(&vm.dl_tensor, ctx, t)
+        _fill_dltensor(&vm.dl_tensor, ctx, t, address)
         try:
             return PyCapsule_New(vm, b"dltensor_versioned", _capsule_destructor_versioned)
         except BaseException:
@@ -146,7 +169,7 @@ cdef object _to_dlpack(TensorPtr t, object stream, object max_version, object dl
         raise MemoryError()
     legacy.manager_ctx = ctx
     legacy.deleter = _dl_deleter
-    _fill_dltensor(&legacy.dl_tensor, ctx, t)
+    _fill_dltensor(&legacy.dl_tensor, ctx, t, address)
     try:
         return PyCapsule_New(legacy, b"dltensor", _capsule_destructor)
     except BaseException:

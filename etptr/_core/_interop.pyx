@@ -14,10 +14,8 @@ from cpython.number cimport PyNumber_Index
 from cpython.pycapsule cimport (
     PyCapsule_CheckExact, PyCapsule_GetName, PyCapsule_GetPointer, PyCapsule_IsValid,
     PyCapsule_SetName)
-from libc.stdint cimport INT64_MAX, int64_t, uint8_t, uint16_t, uint64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint8_t, uint16_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
-
-import importlib
 
 import numpy as np
 
@@ -27,19 +25,21 @@ from etptr._core._dlpack cimport (
     kDLBool, kDLComplex, kDLCPU, kDLCUDA, kDLCUDAHost, kDLCUDAManaged, kDLFloat,
     kDLFloat8_e4m3fn, kDLFloat8_e4m3fnuz, kDLFloat8_e5m2, kDLFloat8_e5m2fnuz, kDLInt,
     kDLROCMHost, kDLUInt)
+from etptr._core._args cimport c_int_arg, c_type_name
 from etptr._core._device cimport Device, c_device, c_make_device
-from etptr._core._device_allocator cimport c_get_allocator
+from etptr._core._device_allocator cimport DeviceAllocator, c_allocator_for
+from etptr._core._device_copy cimport c_clone_to
 from etptr._core._error cimport raise_error
+from etptr._core._metadata cimport Metadata, c_metadata, c_nbytes
 from etptr._core._scalar_type cimport c_element_size
-from etptr._core._tensor_ptr cimport (
-    Metadata, TensorPtr, c_metadata, c_new_tensor, c_clone_tensor_ptr_to, c_set_data)
+from etptr._core._storage cimport Storage, c_host_storage, c_storage
+from etptr._core._tensor_ptr cimport TensorPtr, c_new_tensor
 from etptr._core._types cimport kTensorDimensionLimit
 
 from etptr._core._error import Error, InvalidArgumentError
+from etptr._core._make_tensor_ptr import clone_tensor_ptr
 from etptr._core._scalar_type import ScalarType, scalar_type_from_numpy
-from etptr._core._tensor_ptr import clone_tensor_ptr
 
-_pytype = type
 _SCALAR_TYPES = tuple(ScalarType)
 cdef Device _CPU = c_make_device(0, 0)
 cdef int _DYNAMIC_BOUND = 1
@@ -49,10 +49,6 @@ _DL_DEVICE_NAMES = {
     8: "kDLMetal", 9: "kDLVPI", 10: "kDLROCM", 11: "kDLROCMHost", 12: "kDLExtDev",
     13: "kDLCUDAManaged", 14: "kDLOneAPI", 15: "kDLWebGPU", 16: "kDLHexagon", 17: "kDLMAIA",
 }
-
-
-cdef inline str _tname(object x):
-    return _pytype(x).__name__
 
 
 # ------------------------------------------------------------------ the owner
@@ -157,14 +153,11 @@ cdef tuple _dl_pair(Device d):
 
 cdef Device _resolve(Device d):
     """A concrete device for ``d``: index -1 asks the device type's allocator."""
+    cdef DeviceAllocator alloc
     if d.c_type == 0 or d.c_index >= 0:
         return d
-    alloc = c_get_allocator(d.c_type)
-    if alloc is None:
-        raise_error(Error.NotFound,
-                    f"device={d}: index -1 means the current device, and no DeviceAllocator "
-                    f"is registered to say which that is")
-    return c_make_device(d.c_type, alloc.resolve_index(-1))
+    alloc = c_allocator_for(d.c_type, d.c_index, "device")
+    return c_make_device(d.c_type, alloc.c_resolve_index(-1))
 
 
 # ------------------------------------------------------------------ strided copies
@@ -203,13 +196,8 @@ cdef TensorPtr _contiguous_copy(DLTensor* dl, Metadata meta, int type, const cha
             raise_error(Error.InvalidArgument,
                         f"DLPack strides[{i}]={dl.strides[i]} overflows int64 in bytes")
         bstrides[i] = dl.strides[i] * itemsize
-    try:
-        buf = np.empty(max(nbytes, 1), dtype=np.uint8)
-    except MemoryError:
-        raise_error(Error.MemoryAllocationFailed,
-                    f"could not allocate {nbytes} bytes of host memory for the copy")
-    t = c_new_tensor(meta, type, _DYNAMIC_BOUND, _CPU)
-    c_set_data(t, <int64_t>buf.ctypes.data, buf, False)
+    cdef Storage s = c_host_storage(nbytes)
+    t = c_new_tensor(meta, type, _DYNAMIC_BOUND, _CPU, s, s.c_ptr, False)
     with nogil:
         _strided_copy(<char*>t.c_data, base, dl.ndim, meta.sizes, bstrides, itemsize,
                       meta.numel)
@@ -223,14 +211,16 @@ cdef str _capsule_name(object capsule):
     return "<unnamed>" if name == NULL else (<bytes>name).decode("utf-8", "replace")
 
 
-cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy_out, bint force_copy):
+cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy):
     """Consume a DLPack capsule and return a TensorPtr over its memory.
 
     ``expect`` (or None) is the device the producer said the data is on.
-    ``copy_out``: strides that no dim_order describes are copied (CPU only)
-    instead of refused. ``force_copy``: always return a host copy (CPU only).
-    Nothing is consumed until every check has passed: on any error the capsule
-    keeps its name, and its own destructor runs the producer's deleter.
+    ``copy``: the result must own a copy: unless the producer says it copied
+    (DLPack's IS_COPIED flag), etptr copies (host data on the host, device data
+    through the host); strides that no dim_order describes are then copied to
+    C-contiguous layout (host data) instead of refused. Nothing is consumed
+    until every check has passed: on any error the capsule keeps its name, and
+    its own destructor runs the producer's deleter.
     """
     cdef DLManagedTensorVersioned* vm = NULL
     cdef DLManagedTensor* lm = NULL
@@ -246,7 +236,7 @@ cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy_out, bin
     cdef TensorPtr t
     if not PyCapsule_CheckExact(capsule):
         raise_error(Error.InvalidType,
-                    f"__dlpack__ returned {_tname(capsule)}, not a PyCapsule")
+                    f"__dlpack__ returned {c_type_name(capsule)}, not a PyCapsule")
     if PyCapsule_IsValid(capsule, b"dltensor_versioned"):
         vm = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, b"dltensor_versioned")
         if vm.version.major > DLPACK_MAJOR_VERSION:
@@ -294,7 +284,7 @@ cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy_out, bin
         except InvalidArgumentError:
             strides_ok = False
         if not strides_ok:
-            if not copy_out or dev.c_type != 0:
+            if not copy or dev.c_type != 0:
                 raise_error(Error.InvalidArgument,
                             f"DLPack strides={strides} (elements) for shape={shape} are not "
                             f"described by any dim_order (negative, broadcast or gapped "
@@ -310,11 +300,8 @@ cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy_out, bin
             (dl.data != NULL and <uintptr_t>dl.data + <uintptr_t>dl.byte_offset < <uintptr_t>dl.data):
         raise_error(Error.InvalidArgument,
                     f"DLPack byte_offset={dl.byte_offset} overflows the address space")
-    if (force_copy or not strides_ok) and dev.c_type != 0:
-        raise_error(Error.NotSupported,
-                    f"copy=True: the producer did not copy, and etptr copies device memory only "
-                    f"between the host and a device (clone_tensor_ptr_to)")
     address = 0 if dl.data == NULL else <uintptr_t>dl.data + <uintptr_t>dl.byte_offset
+    copied = (flags & DLPACK_FLAG_BITMASK_IS_COPIED) != 0
 
     # ---- consume: from here on the owner runs the producer's deleter exactly once
     owner = _DLPackOwner.__new__(_DLPackOwner)
@@ -328,10 +315,29 @@ cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy_out, bin
         owner.c_versioned = False
     if not strides_ok:
         return _contiguous_copy(dl, meta, type, <const char*>address)
-    t = c_new_tensor(meta, type, _DYNAMIC_BOUND, dev)
-    c_set_data(t, <int64_t>address, owner, (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0)
-    if force_copy:
-        return clone_tensor_ptr(t)
+    t = c_new_tensor(meta, type, _DYNAMIC_BOUND, dev,
+                     c_storage(address, c_nbytes(numel, type), owner, None), address,
+                     (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0)
+    if copy and not copied:
+        if dev.c_type == 0:
+            return clone_tensor_ptr(t)
+        return c_clone_to(c_clone_to(t, _CPU, None, True), dev, None, True)
+    return t
+
+
+cdef TensorPtr _consume(object capsule_box, Device expect, bint copy):
+    """:func:`_import_capsule` of ``capsule_box[0]``, then the box is emptied. When the
+    import fails, the capsule is dropped before the error is raised again: its
+    destructor (the producer's, perhaps Python code) runs with no exception pending."""
+    cdef TensorPtr t = None
+    error = None
+    try:
+        t = _import_capsule(capsule_box[0], expect, copy)
+    except BaseException as exc:
+        error = exc
+    capsule_box[0] = None
+    if error is not None:
+        raise error
     return t
 
 
@@ -341,32 +347,29 @@ cdef object _dlpack_call(object obj, dict kwargs):
         return obj.__dlpack__(**kwargs)
     except BufferError as exc:
         raise_error(Error.NotSupported,
-                    f"{_tname(obj)}.__dlpack__({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) "
+                    f"{c_type_name(obj)}.__dlpack__({', '.join(f'{k}={v!r}' for k, v in kwargs.items())}) "
                     f"refused: {exc}")
 
 
-cdef tuple _request(object obj, object dl_device, object copy):
-    """Ask the producer for a capsule: versioned first, legacy when it refuses the keywords.
-
-    Returns (capsule, whether ``copy`` was passed to and accepted by the producer).
-    """
+cdef object _request(object obj, object dl_device, object copy):
+    """Ask the producer for a capsule: versioned first, legacy when it refuses the keywords."""
     cdef dict kwargs = {"max_version": (DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION)}
     if dl_device is not None:
         kwargs["dl_device"] = dl_device
     if copy is not None:
         kwargs["copy"] = copy
     try:
-        return _dlpack_call(obj, kwargs), copy is not None
+        return _dlpack_call(obj, kwargs)
     except TypeError:
         pass
     if dl_device is not None or copy is not None:
         # a DLPack 1.0 producer that knows max_version but not these keywords
         try:
-            return _dlpack_call(obj, {"max_version": kwargs["max_version"]}), False
+            return _dlpack_call(obj, {"max_version": kwargs["max_version"]})
         except TypeError:
             pass
     # a legacy (pre-1.0) producer: no keywords at all
-    return _dlpack_call(obj, {}), False
+    return _dlpack_call(obj, {})
 
 
 def from_dlpack(obj, *, device=None, copy=None):
@@ -432,101 +435,96 @@ def from_dlpack(obj, *, device=None, copy=None):
     cdef Device want = None
     cdef Device src = None
     cdef TensorPtr t
-    cdef bint copied = False
+    cdef list box
     if copy is not None and not isinstance(copy, bool):
         raise_error(Error.InvalidType, f"copy={copy!r} must be True, False or None")
     if device is not None:
         want = _resolve(c_device(device, "device"))
     if PyCapsule_CheckExact(obj):
-        t = _import_capsule(obj, None, copy is True, copy is True)
-        copied = copy is True
-    else:
-        if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
-            raise_error(Error.InvalidType,
-                        f"obj of type {_tname(obj)} is not a DLPack producer (it needs "
-                        f"__dlpack__ and __dlpack_device__); for buffers use "
-                        f"etptr.make_tensor_ptr, for __cuda_array_interface__ "
-                        f"etptr.from_cuda_array_interface")
-        pair = obj.__dlpack_device__()
-        if not isinstance(pair, tuple) or len(pair) != 2:
-            raise_error(Error.InvalidType,
-                        f"{_tname(obj)}.__dlpack_device__() returned {pair!r}, not a "
-                        f"(device_type, device_id) tuple")
-        src = _device_from_dl(pair[0], pair[1], f"{_tname(obj)}.__dlpack_device__()")
-        if want is not None and want != src:
-            if copy is False:
-                raise_error(Error.InvalidArgument,
-                            f"device={want}: the data is on {src}, and copy=False forbids the "
-                            f"copy a change of device needs")
-            capsule = None
-            try:
-                capsule, _ = _request(obj, _dl_pair(want), copy)
-            except (NotImplementedError, ValueError):
-                # the producer cannot move it: import where it is, copy below
-                capsule = None
-            if capsule is not None:
-                t = _import_capsule(capsule, None, False, False)
-                if t.c_device != want:
-                    t = c_clone_tensor_ptr_to(t, want, None, True)
-                return t
-            capsule, _ = _request(obj, None, None)
-            t = _import_capsule(capsule, src, False, False)
-            return c_clone_tensor_ptr_to(t, want, None, True)
-        capsule, copied = _request(obj, None, copy)
-        t = _import_capsule(capsule, src, copy is True, copy is True and not copied)
-    return t
+        # the caller holds the capsule: nothing of it is dropped here
+        t = _import_capsule(obj, None, copy is True)
+        return _moved(t, want, copy)
+    if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
+        raise_error(Error.InvalidType,
+                    f"obj of type {c_type_name(obj)} is not a DLPack producer (it needs "
+                    f"__dlpack__ and __dlpack_device__); for buffers use "
+                    f"etptr.make_tensor_ptr, for __cuda_array_interface__ "
+                    f"etptr.from_cuda_array_interface")
+    pair = obj.__dlpack_device__()
+    if not isinstance(pair, tuple) or len(pair) != 2:
+        raise_error(Error.InvalidType,
+                    f"{c_type_name(obj)}.__dlpack_device__() returned {pair!r:.80}, not a "
+                    f"(device_type, device_id) tuple")
+    src = _device_from_dl(pair[0], pair[1], f"{c_type_name(obj)}.__dlpack_device__()")
+    if want is not None and want != src:
+        if copy is False:
+            raise_error(Error.InvalidArgument,
+                        f"device={want}: the data is on {src}, and copy=False forbids the "
+                        f"copy a change of device needs")
+        box = [None]
+        try:
+            box[0] = _request(obj, _dl_pair(want), copy)
+        except (NotImplementedError, ValueError):
+            box[0] = None         # the producer cannot move it: import where it is, copy below
+        if box[0] is not None:
+            return _moved(_consume(box, None, False), want, copy)
+        box[0] = _request(obj, None, None)
+        return _moved(_consume(box, src, False), want, copy)
+    box = [_request(obj, None, copy)]
+    return _consume(box, src, copy is True)
+
+
+cdef TensorPtr _moved(TensorPtr t, Device want, object copy):
+    """``t`` on ``want`` (None: where it is); a change of device copies through the
+    registered allocator (refused with ``copy=False``)."""
+    if want is None or t.c_device == want:
+        return t
+    if copy is False:
+        raise_error(Error.InvalidArgument,
+                    f"device={want}: the data is on {t.c_device}, and copy=False forbids the "
+                    f"copy a change of device needs")
+    return c_clone_to(t, want, None, True)
 
 
 # ------------------------------------------------------------------ CUDA Array Interface
 
-cdef Device _cuda_pointer_device(uintptr_t ptr):
-    """The device owning ``ptr``, asked of the CUDA runtime through CuPy."""
+cdef object _cuda_driver(str what):
+    """etptr's CUDA driver layer, or NotSupportedError naming ``what`` when CUDA support
+    (CuPy) is missing."""
     try:
-        runtime = importlib.import_module("cupy").cuda.runtime
-    except ImportError:
+        from etptr.cuda import _driver
+        _driver._cupy()
+    except ImportError as exc:
         raise_error(Error.NotSupported,
-                    f"from_cuda_array_interface: finding the device that owns 0x{ptr:x} needs "
-                    f"CuPy (pip install etptr[cuda13] or [cuda12]); or pass device= to name it")
+                    f"from_cuda_array_interface: {what} needs CuPy (pip install etptr[cuda13] "
+                    f"or [cuda12]): {exc}")
+    except NotImplementedError as exc:
+        raise_error(Error.NotSupported, f"from_cuda_array_interface: {what}: {exc}")
+    return _driver
+
+
+cdef Device _cuda_pointer_device(uintptr_t ptr):
+    """The device owning ``ptr``, asked of the CUDA driver."""
+    driver = _cuda_driver(f"finding the device that owns 0x{ptr:x} (or pass device= to name it)")
     if ptr == 0:
         # no memory to ask about (a zero-size array): the current device
-        return c_make_device(1, runtime.getDevice())
-    try:
-        attrs = runtime.pointerGetAttributes(ptr)
-    except Exception as exc:
-        raise_error(Error.InvalidArgument,
-                    f"data=0x{ptr:x}: the CUDA runtime does not know this pointer ({exc})")
-    kind = int(attrs.type)
-    if kind == 1:      # cudaMemoryTypeHost: page-locked host memory
+        return c_make_device(1, driver.current_device())
+    kind, dev = driver.pointer_device(ptr)
+    if kind == "host":       # page-locked host memory
         return _CPU
-    if kind in (2, 3):  # cudaMemoryTypeDevice, cudaMemoryTypeManaged
-        if not 0 <= attrs.device <= 127:
-            raise_error(Error.InvalidArgument,
-                        f"data=0x{ptr:x} is on CUDA device {attrs.device}, outside "
-                        f"ExecuTorch's DeviceIndex (int8)")
-        return c_make_device(1, attrs.device)
-    raise_error(Error.InvalidArgument,
-                f"data=0x{ptr:x} is not CUDA memory (cudaPointerGetAttributes type {kind})")
+    if not 0 <= dev <= 127:
+        raise_error(Error.InvalidArgument,
+                    f"data=0x{ptr:x} is on CUDA device {dev}, outside ExecuTorch's "
+                    f"DeviceIndex (int8)")
+    return c_make_device(1, dev)
 
 
 cdef _sync_stream(object stream):
-    try:
-        runtime = importlib.import_module("cupy").cuda.runtime
-    except ImportError:
-        raise_error(Error.NotSupported,
-                    f"stream={stream!r}: waiting for the producer's stream needs CuPy")
-    runtime.streamSynchronize(stream)
+    _cuda_driver(f"waiting for stream={stream!r}").synchronize_stream(stream)
 
 
 cdef int64_t _cai_int(object v, str argname) except? -1:
-    if isinstance(v, bool):
-        raise_error(Error.InvalidType, f"{argname}={v!r} is a bool; expected an int")
-    try:
-        v = PyNumber_Index(v)
-    except TypeError:
-        raise_error(Error.InvalidType, f"{argname}={v!r} of type {_tname(v)} is not an int")
-    if not (-INT64_MAX - 1 <= v <= INT64_MAX):
-        raise_error(Error.InvalidArgument, f"{argname}={v} does not fit int64")
-    return v
+    return c_int_arg(v, argname, INT64_MIN, INT64_MAX)
 
 
 def from_cuda_array_interface(obj, *, device=None):
@@ -577,10 +575,10 @@ def from_cuda_array_interface(obj, *, device=None):
         cai = obj.__cuda_array_interface__
     except AttributeError:
         raise_error(Error.InvalidType,
-                    f"obj of type {_tname(obj)} has no __cuda_array_interface__")
+                    f"obj of type {c_type_name(obj)} has no __cuda_array_interface__")
     if not isinstance(cai, dict):
         raise_error(Error.InvalidType,
-                    f"__cuda_array_interface__ is a {_tname(cai)}, not a dict")
+                    f"__cuda_array_interface__ is a {c_type_name(cai)}, not a dict")
     version = cai.get("version", 0)
     if _cai_int(version, "__cuda_array_interface__['version']") > 3:
         raise_error(Error.NotSupported,
@@ -660,6 +658,6 @@ def from_cuda_array_interface(obj, *, device=None):
         dev = _cuda_pointer_device(<uintptr_t>ptr)
     if stream is not None:
         _sync_stream(stream)
-    t = c_new_tensor(meta, type, _DYNAMIC_BOUND, dev)
-    c_set_data(t, ptr, obj, bool(readonly))
-    return t
+    return c_new_tensor(meta, type, _DYNAMIC_BOUND, dev,
+                        c_storage(<uintptr_t>ptr, c_nbytes(meta.numel, type), obj, None),
+                        <uintptr_t>ptr, bool(readonly))

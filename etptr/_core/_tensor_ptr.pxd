@@ -1,7 +1,9 @@
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uintptr_t
 
-from etptr._core._types cimport sizes_t, dim_order_t, strides_t, kTensorDimensionLimit
 from etptr._core._device cimport Device
+from etptr._core._metadata cimport Metadata
+from etptr._core._storage cimport Storage
+from etptr._core._types cimport dim_order_t, kTensorDimensionLimit, sizes_t, strides_t
 
 
 cdef class TensorPtr:
@@ -13,36 +15,23 @@ cdef class TensorPtr:
     cdef int c_dynamism
     cdef int64_t c_numel
     cdef int64_t c_numel_bound   # element count at creation: the bound for resizes
-    cdef void* c_data
+    cdef void* c_data            # the first element (a Storage's address, or inside it)
     cdef bint c_readonly
     cdef Device c_device
-    cdef object c_owner          # keeps the memory alive (buffer, source tensor, pool block)
-    cdef object c_deleter        # called once with the address when the tensor dies
-    cdef object c_allocator      # device allocator that frees c_data when the tensor dies
-    cdef int c_alloc_index
+    cdef Storage c_storage       # the memory: shared with views, released with the last
     cdef object __weakref__
 
     cdef int64_t c_nbytes(self) noexcept nogil
 
 
-cdef class Metadata:
-    # Validated sizes / dim_order / strides, computed once, copied into tensors.
-    cdef sizes_t sizes[kTensorDimensionLimit]
-    cdef dim_order_t dim_order[kTensorDimensionLimit]
-    cdef strides_t strides[kTensorDimensionLimit]
-    cdef int dim
-    cdef int64_t numel
-
-
-cdef Metadata c_metadata(object sizes, object dim_order, object strides)
-cdef TensorPtr c_new_tensor(Metadata meta, int type, int dynamism, Device device)
-cdef TensorPtr c_like_tensor(TensorPtr src, int type)
-cdef int c_set_data(TensorPtr t, int64_t address, object owner, bint readonly) except -1
-cdef TensorPtr c_host_empty(Metadata meta, int type, int dynamism)
-cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device device)
-cdef int c_dynamism_arg(object dynamism) except -1
-cdef int c_type_arg(object t, int default) except -1
+cdef TensorPtr c_new_tensor(Metadata meta, int type, int dynamism, Device device,
+                            Storage storage, uintptr_t data, bint readonly)
+cdef Metadata c_snapshot(TensorPtr t)
 cdef TensorPtr c_tensor_arg(object t, str argname)
-cdef object c_storage_array(TensorPtr t)
+cdef int c_type_arg(object t, int default) except -1
+cdef int c_dynamism_arg(object dynamism) except -1
+cdef TensorPtr c_host_empty(Metadata meta, int type, int dynamism)
 cdef TensorPtr c_host_empty_pinned(Metadata meta, int type, int dynamism)
-cdef TensorPtr c_clone_tensor_ptr_to(TensorPtr tensor, object device, object stream, bint pinned)
+cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device device)
+cdef object c_storage_array(TensorPtr t)
+cdef Device c_cpu()

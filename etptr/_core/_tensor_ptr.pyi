@@ -1,11 +1,11 @@
-"""Type stubs for etptr._core._tensor_ptr: TensorPtr and the tensor_ptr.h functions."""
+"""Type stubs for etptr._core._tensor_ptr: TensorPtr and TensorShapeDynamism."""
 from collections.abc import Callable, Sequence
 from enum import IntEnum
 from typing import Any, NoReturn, SupportsIndex, TypeAlias, TypedDict, final, overload
 
 import numpy as np
 import numpy.typing as npt
-from typing_extensions import Buffer, CapsuleType, disjoint_base
+from typing_extensions import CapsuleType
 
 from etptr._core._device import Device, _DeviceLike
 from etptr._core._scalar_type import ScalarType, _ScalarTypeLike
@@ -33,10 +33,6 @@ class CudaArrayInterface(TypedDict):
     stream: int | None
 
 @final
-class Metadata:
-    def __init__(self, *args: Any, **kwargs: Any) -> None: ...
-
-@disjoint_base
 class TensorPtr:
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
     @property
@@ -77,44 +73,5 @@ class TensorPtr:
     ) -> CapsuleType: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
     def __reduce__(self) -> NoReturn: ...
-
-@overload
-def make_tensor_ptr(
-    sizes: TensorPtr,
-    data: _Ints | None = None,
-    /,
-    *,
-    dim_order: _Ints | None = None,
-    strides: _Ints | None = None,
-    deleter: _Deleter | None = None,
-    device: _DeviceLike | None = None,
-) -> TensorPtr: ...
-@overload
-def make_tensor_ptr(
-    sizes: npt.NDArray[Any] | Sequence[_Number] | _Number,
-    /,
-    *,
-    type: _ScalarTypeLike | None = None,
-    dynamism: _DynamismLike = ...,
-    device: _DeviceLike = "cpu",
-) -> TensorPtr: ...
-@overload
-def make_tensor_ptr(
-    sizes: _Ints,
-    data: int | None | bytes | Sequence[_Number] | Buffer,
-    dim_order: _Ints | None = None,
-    strides: _Ints | None = None,
-    type: _ScalarTypeLike | None = None,
-    dynamism: _DynamismLike = ...,
-    deleter: _Deleter | None = None,
-    device: _DeviceLike = "cpu",
-) -> TensorPtr: ...
-def clone_tensor_ptr(tensor: TensorPtr, type: _ScalarTypeLike | None = None) -> TensorPtr: ...
-def resize_tensor_ptr(tensor: TensorPtr, sizes: _Ints) -> None: ...
-def clone_tensor_ptr_to(
-    tensor: TensorPtr, device: _DeviceLike, *, stream: object = None, pinned: bool = True
-) -> TensorPtr: ...
-def clone_tensor_ptr_to_device(
-    tensor: TensorPtr, device: _DeviceLike = "cuda", device_index: int | None = None
-) -> TensorPtr: ...
-def clone_tensor_ptr_to_cpu(tensor: TensorPtr) -> TensorPtr: ...
+    def __copy__(self) -> NoReturn: ...
+    def __deepcopy__(self, memo: object) -> NoReturn: ...

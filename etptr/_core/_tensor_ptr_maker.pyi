@@ -5,14 +5,8 @@ from typing_extensions import Buffer
 
 from etptr._core._device import _DeviceLike
 from etptr._core._scalar_type import _ScalarTypeLike
-from etptr._core._tensor_ptr import (
-    TensorPtr,
-    _Deleter,
-    _DynamismLike,
-    _Ints,
-    _Number,
-    make_tensor_ptr as make_tensor_ptr,
-)
+from etptr._core._make_tensor_ptr import make_tensor_ptr as make_tensor_ptr
+from etptr._core._tensor_ptr import TensorPtr, _Deleter, _DynamismLike, _Ints, _Number
 
 _Blob = int | None | Buffer
 

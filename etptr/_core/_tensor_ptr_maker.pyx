@@ -17,12 +17,15 @@ import numpy as np
 
 from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
+from etptr._core._device_copy cimport c_clone_to
+from etptr._core._metadata cimport Metadata, c_metadata
 from etptr._core._tensor_ptr cimport (
-    Metadata, TensorPtr, c_device_empty, c_dynamism_arg, c_host_empty, c_metadata,
-    c_clone_tensor_ptr_to, c_host_empty_pinned, c_storage_array, c_tensor_arg, c_type_arg)
+    TensorPtr, c_device_empty, c_dynamism_arg, c_host_empty, c_host_empty_pinned,
+    c_storage_array, c_tensor_arg, c_type_arg)
 
 from etptr._core._error import Error
-from etptr._core._tensor_ptr import TensorShapeDynamism, make_tensor_ptr
+from etptr._core._make_tensor_ptr import make_tensor_ptr
+from etptr._core._tensor_ptr import TensorShapeDynamism
 
 _BOUND = TensorShapeDynamism.DYNAMIC_BOUND
 cdef object _rng = np.random.default_rng()
@@ -160,7 +163,7 @@ cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object f
         fill(c_storage_array(t))
     if device.c_type == 0:
         return t
-    return c_clone_tensor_ptr_to(t, device, None, True)
+    return c_clone_to(t, device, None, True)
 
 
 cdef object _fill_value(object value, str argname):
@@ -327,7 +330,7 @@ cdef TensorPtr _zeros(Metadata meta, int type, int dyn, Device device, bint pinn
         memset(t.c_data, 0, t.c_nbytes())
     if device.c_type == 0:
         return t
-    return c_clone_tensor_ptr_to(t, device, None, True)
+    return c_clone_to(t, device, None, True)
 
 
 def ones(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):

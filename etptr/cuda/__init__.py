@@ -24,21 +24,22 @@ A child forked before CUDA was first used may use CUDA itself.
 import contextlib as _contextlib
 from collections.abc import Iterator as _Iterator
 
-from etptr._core._staging import (
+from etptr.cuda import _copy_engine, _driver
+from etptr.cuda._allocator import CUDA_MALLOC_ALIGNMENT, CudaAllocator
+from etptr.cuda._copy_engine import get_copy_config, set_copy_config
+from etptr.cuda._pinned_pool import (
     DEFAULT_MAX_CACHED_BYTES,
+    CudaHostAllocator,
     PinnedBlock,
     PinnedHostPool,
-    get_copy_config,
     get_pinned_host_pool,
-    set_copy_config,
     size_class,
 )
-from etptr._core import _staging as _staging_module
-from etptr.cuda._allocator import CUDA_MALLOC_ALIGNMENT, CudaAllocator
 
 __all__ = [
     "CUDA_MALLOC_ALIGNMENT",
     "CudaAllocator",
+    "CudaHostAllocator",
     "DEFAULT_MAX_CACHED_BYTES",
     "PinnedBlock",
     "PinnedHostPool",
@@ -69,14 +70,14 @@ def unavailable_reason() -> str | None:
     driver, a forked child), or None when it can. Like :func:`is_available`,
     asking initialises the CUDA driver.
     """
-    if _staging_module._cuda_forked():
+    if _driver._cuda_forked():
         return "CUDA was initialised before this process was forked; use the 'spawn' start method"
     try:
         import cupy  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except Exception as exc:
         return (f"CuPy is not importable ({type(exc).__name__}: {exc}); "
                 f"pip install 'etptr[cuda13]' or 'etptr[cuda12]'")
-    _staging_module._note_cuda_init()     # getDeviceCount initialises the driver
+    _driver._note_cuda_init()     # getDeviceCount initialises the driver
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:
@@ -105,11 +106,11 @@ def copy_config(*, threads: int | None = None, slot_bytes: int | None = None,
     ...     etptr.cuda.get_copy_config()["threads"]
     4
     """
-    _staging_module._push_config(threads, slot_bytes, slots, small_copy_bytes)
+    _copy_engine._push_config(threads, slot_bytes, slots, small_copy_bytes)
     try:
         yield
     finally:
-        _staging_module._pop_config()
+        _copy_engine._pop_config()
 
 
 def _autoregister() -> None:
@@ -121,7 +122,7 @@ def _autoregister() -> None:
     registers one all the same: its methods raise InvalidStateError naming
     fork, which says more than NotFoundError would.
     """
-    if not is_available() and not _staging_module._cuda_forked():
+    if not is_available() and not _driver._cuda_forked():
         return
     from etptr._core._device_allocator import DeviceAllocatorRegistry
     from etptr._core._error import InvalidStateError

@@ -4,7 +4,7 @@ from typing import Final, Protocol, TypeAlias, final
 from etptr._core._device import DeviceType
 from etptr._core._device_allocator import DEFAULT_ALIGNMENT as DEFAULT_ALIGNMENT
 from etptr._core._device_allocator import DeviceAllocator
-from etptr._core._staging import PinnedBlock
+from etptr.cuda._pinned_pool import PinnedBlock
 
 CUDA_MALLOC_ALIGNMENT: Final[int]
 

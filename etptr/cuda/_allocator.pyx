@@ -1,10 +1,12 @@
 """CudaAllocator: the DeviceAllocator for DeviceType.CUDA, over CuPy.
 
-Mirrors ExecuTorch's ``CudaAllocator`` (``extension/cuda/cuda_allocator.h``):
-device memory comes from CuPy's memory pool (so CuPy's pool figures show
-it), and copies go through etptr's pinned staging engine
-(:mod:`etptr._core._staging`). CuPy is imported on first use, never when this
-module is imported.
+Mirrors ExecuTorch's ``CudaAllocator`` (``backends/cuda/runtime/cuda_allocator.h``):
+device memory comes from CuPy's memory pool (so CuPy's pool figures show it),
+and copies go to etptr's copy engine (:mod:`etptr.cuda._copy_engine`). The
+registry's C-level methods are overridden here, so etptr's own calls reach
+the engine without a Python call; the Python methods check their arguments
+and call the same code. CuPy is imported on first use, never when this module
+is imported.
 
 In a child made by ``os.fork()`` after CUDA was initialised, every method
 that would call CUDA raises :class:`~etptr.InvalidStateError`, and
@@ -14,14 +16,14 @@ it, so that inherited tensors die quietly.
 cimport cython
 from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
 
+from etptr._core._args cimport c_count_arg, c_int_arg
 from etptr._core._device_allocator cimport DeviceAllocator
 from etptr._core._error cimport raise_error
-from cpython.ref cimport Py_INCREF
-
-from etptr._core._staging cimport (
-    CopyConfig, c_check_usable, c_config, c_copy, c_cupy, c_default_pool,
-    DeviceGuard, c_current_device, c_enter_device, c_exit_device, c_forked,
-    c_stream_handle)
+from etptr.cuda._copy_engine cimport CopyConfig, c_config, c_d2h, c_h2d
+from etptr.cuda._driver cimport (
+    DeviceGuard, c_check_usable, c_enter_device, c_exit_device, c_forked, c_keep_forever,
+    c_cupy, c_resolve_device, c_stream_handle)
+from etptr.cuda._pinned_pool cimport c_default_pool
 
 from etptr._core._device import DeviceType
 from etptr._core._device_allocator import DEFAULT_ALIGNMENT
@@ -30,28 +32,6 @@ from etptr._core._error import Error
 # cudaMalloc guarantees this alignment (CUDA programming guide); CuPy's pool
 # hands out 512-byte multiples inside such allocations.
 CUDA_MALLOC_ALIGNMENT = 256
-
-
-cdef int64_t _count(object v, str argname) except -1:
-    if type(v) is int and 0 <= <object>v <= INT64_MAX:
-        return v
-    if isinstance(v, bool):
-        raise_error(Error.InvalidType, f"{argname}={v!r} must be an int")
-    try:
-        i = v.__index__()
-    except (AttributeError, TypeError):
-        raise_error(Error.InvalidType,
-                    f"{argname}={v!r} of type {type(v).__name__} must be an int")
-    if i < 0 or i > INT64_MAX:
-        raise_error(Error.InvalidArgument, f"{argname}={i}: must be within 0..2**63-1")
-    return i
-
-
-cdef uintptr_t _address(object v, str argname) except? 0:
-    cdef int64_t a = _count(v, argname)
-    if a == 0:
-        raise_error(Error.InvalidArgument, f"{argname}=0: a null address")
-    return <uintptr_t>a
 
 
 cdef class _StreamRef:
@@ -70,6 +50,13 @@ cdef object _cupy_stream(object cp, object stream):
     ref = _StreamRef.__new__(_StreamRef)
     ref.handle = c_stream_handle(stream)
     return cp.cuda.Stream.from_external(ref)
+
+
+cdef uintptr_t _address(object v, str argname) except 0:
+    cdef int64_t a = c_count_arg(v, argname)
+    if a == 0:
+        raise_error(Error.InvalidArgument, f"{argname}=0: a null address")
+    return <uintptr_t>a
 
 
 @cython.final
@@ -101,65 +88,96 @@ cdef class CudaAllocator(DeviceAllocator):
     >>> a.deallocate(ptr, 0)                           # doctest: +SKIP
     """
     cdef dict c_blocks      # device address -> CuPy MemoryPointer
-    cdef int c_ndev         # device count, -1 until read
 
     def __cinit__(self):
         self.c_blocks = {}
-        self.c_ndev = -1
 
     @property
     def device_type(self):
         """``DeviceType.CUDA``."""
         return DeviceType.CUDA
 
-    # -------------------------------------------------------------- helpers
-    cdef int c_index(self, object index) except -2:
-        """A validated device index: -1 (current) or 0..device count-1."""
-        if type(index) is int and 0 <= <object>index < self.c_ndev:
-            return <int>index
-        if isinstance(index, bool):
-            raise_error(Error.InvalidType, f"index={index!r} must be an int")
-        try:
-            i = index.__index__()
-        except (AttributeError, TypeError):
-            raise_error(Error.InvalidType,
-                        f"index={index!r} of type {type(index).__name__} must be an int")
-        if i < -1:
-            raise_error(Error.InvalidArgument,
-                        f"index={i}: invalid CUDA device index (must be >= -1)")
-        if i == -1:
-            return -1
-        if self.c_ndev < 0:
-            self.c_ndev = c_cupy().cuda.runtime.getDeviceCount()
-        if i >= self.c_ndev:
-            raise_error(Error.InvalidArgument,
-                        f"index={i}: there are {self.c_ndev} CUDA device(s)")
-        return <int>i
+    # -------------------------------------------------------------- C level
+    cdef int c_resolve_index(self, int index) except -2:
+        c_check_usable("CudaAllocator.resolve_index")
+        return c_resolve_device(index, "index")
 
-    cdef int c_copy(self, bint h2d, object dst, object src, object nbytes, object index,
-                    object stream, object threads, object slot_bytes, object slots,
-                    object small_copy_bytes) except -1:
-        """copy_host_to_device (``h2d``) / copy_device_to_host: check, then copy."""
-        cdef CopyConfig cfg
-        cdef int64_t n = _count(nbytes, "nbytes")
-        cdef int dev
-        c_check_usable("CudaAllocator.copy_host_to_device" if h2d
-                       else "CudaAllocator.copy_device_to_host")
-        dev = self.c_device(index)
-        c_config(&cfg, threads, slot_bytes, slots, small_copy_bytes)
-        if n == 0:
+    cdef uintptr_t c_allocate(self, int64_t nbytes, int index, int64_t alignment,
+                              object stream) except? 0:
+        """``nbytes`` on device ``index`` (checked) from CuPy's pool."""
+        cdef DeviceGuard guard
+        cdef uintptr_t ptr
+        if nbytes == 0:
             return 0
-        c_copy(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg, h2d)
+        cp = c_cupy()
+        mem = None
+        c_enter_device(index, &guard)
+        try:
+            try:
+                if stream is None:
+                    mem = cp.cuda.memory.alloc(nbytes)
+                else:
+                    with _cupy_stream(cp, stream):
+                        mem = cp.cuda.memory.alloc(nbytes)
+            except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError,
+                    MemoryError) as exc:
+                raise_error(Error.MemoryAllocationFailed,
+                            f"could not allocate nbytes={nbytes} on cuda:{index}: {exc}")
+        finally:
+            c_exit_device(&guard)
+        ptr = mem.ptr
+        if ptr % alignment:
+            raise_error(Error.MemoryAllocationFailed,
+                        f"CuPy returned {ptr:#x}, not aligned to alignment={alignment} bytes")
+        self.c_blocks[ptr] = mem
+        return ptr
+
+    cdef int c_deallocate(self, uintptr_t ptr, int index) except -1:
+        cdef DeviceGuard guard
+        if ptr == 0:
+            return 0
+        mem = self.c_blocks.pop(ptr, None)
+        if mem is None:
+            raise_error(Error.InvalidArgument,
+                        f"ptr={ptr:#x} (index={index}) was not allocated by this CudaAllocator "
+                        f"or was freed already")
+        if c_forked():
+            # The parent's memory: freeing it, even into CuPy's pool, is not ours to do here.
+            c_keep_forever(mem)
+            return 0
+        # CuPy's pool may switch devices while freeing; with the owning device
+        # current it has no reason to (and no context appears on another device).
+        c_enter_device(mem.device_id, &guard)
+        try:
+            mem = None
+        finally:
+            c_exit_device(&guard)
         return 0
 
-    cdef int c_device(self, object index) except -1:
-        """The concrete device ``index`` stands for (-1: the current one)."""
-        cdef int i = self.c_index(index)
-        if i == -1:
-            return c_current_device()
-        return i
+    cdef int c_copy_h2d(self, uintptr_t dst, uintptr_t src, int64_t nbytes, int index,
+                        object stream) except -1:
+        cdef CopyConfig cfg
+        c_config(&cfg, None, None, None, None)
+        return c_h2d(dst, src, nbytes, index, stream, &cfg)
 
-    # -------------------------------------------------------------- DeviceAllocator
+    cdef int c_copy_d2h(self, uintptr_t dst, uintptr_t src, int64_t nbytes, int index,
+                        object stream) except -1:
+        cdef CopyConfig cfg
+        c_config(&cfg, None, None, None, None)
+        return c_d2h(dst, src, nbytes, index, stream, &cfg)
+
+    cdef object c_allocate_host(self, int64_t nbytes, int index):
+        if nbytes == 0:
+            return None
+        if index == -1:
+            index = self.c_resolve_index(-1)
+        return c_default_pool().c_malloc(nbytes, index)
+
+    # -------------------------------------------------------------- Python level
+    cdef int _index(self, object index, str what) except -2:
+        c_check_usable(what)
+        return c_resolve_device(index, "index")
+
     def resolve_index(self, index):
         """The device ``index`` stands for: -1 becomes the current CUDA device.
 
@@ -170,8 +188,7 @@ cdef class CudaAllocator(DeviceAllocator):
         InvalidStateError
             This process was forked after CUDA was initialised.
         """
-        c_check_usable("CudaAllocator.resolve_index")
-        return self.c_device(index)
+        return self._index(index, "CudaAllocator.resolve_index")
 
     def allocate(self, nbytes, index, alignment=DEFAULT_ALIGNMENT, *, stream=None):
         """Allocate ``nbytes`` bytes on CUDA device ``index`` from CuPy's memory
@@ -197,44 +214,17 @@ cdef class CudaAllocator(DeviceAllocator):
         InvalidStateError
             This process was forked after CUDA was initialised.
         """
-        cdef int64_t n = _count(nbytes, "nbytes")
-        cdef int64_t a = _count(alignment, "alignment")
+        cdef int64_t n = c_count_arg(nbytes, "nbytes")
+        cdef int64_t a = c_count_arg(alignment, "alignment")
         cdef int dev
-        cdef DeviceGuard guard
-        c_check_usable("CudaAllocator.allocate")
         if a == 0 or (a & (a - 1)) != 0:
-            raise_error(Error.InvalidArgument,
-                        f"alignment={a}: must be a power of two")
+            raise_error(Error.InvalidArgument, f"alignment={a}: must be a power of two")
         if a > CUDA_MALLOC_ALIGNMENT:
             raise_error(Error.NotSupported,
                         f"alignment={a} exceeds cudaMalloc's guaranteed alignment of "
                         f"{CUDA_MALLOC_ALIGNMENT} bytes; stricter alignment is not supported")
-        dev = self.c_device(index)
-        if n == 0:
-            return 0
-        cp = c_cupy()
-        mem = None
-        c_enter_device(dev, &guard)
-        try:
-            try:
-                if stream is None:
-                    mem = cp.cuda.memory.alloc(n)
-                else:
-                    with _cupy_stream(cp, stream):
-                        mem = cp.cuda.memory.alloc(n)
-            except (cp.cuda.memory.OutOfMemoryError, cp.cuda.runtime.CUDARuntimeError,
-                    MemoryError) as exc:
-                raise_error(Error.MemoryAllocationFailed,
-                            f"could not allocate nbytes={n} on cuda:{dev}: {exc}")
-        finally:
-            c_exit_device(&guard)
-        ptr = mem.ptr
-        if ptr % a:
-            mem = None
-            raise_error(Error.MemoryAllocationFailed,
-                        f"CuPy returned {ptr:#x}, not aligned to alignment={a} bytes")
-        self.c_blocks[ptr] = mem
-        return ptr
+        dev = self._index(index, "CudaAllocator.allocate")
+        return self.c_allocate(n, dev, a, stream)
 
     def deallocate(self, ptr, index):
         """Give memory from :meth:`allocate` back to CuPy's pool. ``ptr == 0`` is a no-op.
@@ -246,28 +236,7 @@ cdef class CudaAllocator(DeviceAllocator):
         InvalidArgumentError
             ``ptr`` was not allocated by this allocator, or was freed already.
         """
-        cdef int64_t p = _count(ptr, "ptr")
-        cdef int dev
-        cdef DeviceGuard guard
-        if p == 0:
-            return
-        mem = self.c_blocks.pop(p, None)
-        if mem is None:
-            raise_error(Error.InvalidArgument,
-                        f"ptr={p:#x} (index={index}) was not allocated by this CudaAllocator "
-                        f"or was freed already")
-        if c_forked():
-            # The parent's memory: freeing it, even into CuPy's pool, is not ours to do here.
-            Py_INCREF(mem)
-            return
-        # CuPy's pool may switch devices while freeing; with the owning device
-        # current it has no reason to (and no context appears on another device).
-        dev = mem.device_id
-        c_enter_device(dev, &guard)
-        try:
-            mem = None
-        finally:
-            c_exit_device(&guard)
+        self.c_deallocate(<uintptr_t>c_count_arg(ptr, "ptr"), -1)
 
     def copy_host_to_device(self, dst, src, nbytes, index, *, stream=None, threads=None,
                             slot_bytes=None, slots=None, small_copy_bytes=None):
@@ -295,15 +264,15 @@ cdef class CudaAllocator(DeviceAllocator):
         Raises
         ------
         InvalidArgumentError
-            A null address with ``nbytes > 0``, a bad index or setting.
+            A null address with ``nbytes > 0``, a bad index or setting, or a
+            copy that would run past the end of ``dst``'s device allocation.
         EtError
-            A CUDA call failed (``Error.Internal``); device memory and
-            pinned slots are released.
+            A CUDA call failed (``Error.Internal``); pinned slots are released.
         InvalidStateError
             This process was forked after CUDA was initialised.
         """
-        self.c_copy(True, dst, src, nbytes, index, stream, threads, slot_bytes, slots,
-                    small_copy_bytes)
+        self._copy(True, dst, src, nbytes, index, stream, threads, slot_bytes, slots,
+                   small_copy_bytes)
 
     def copy_device_to_host(self, dst, src, nbytes, index, *, stream=None, threads=None,
                             slot_bytes=None, slots=None, small_copy_bytes=None):
@@ -329,14 +298,32 @@ cdef class CudaAllocator(DeviceAllocator):
         Raises
         ------
         InvalidArgumentError
-            A null address with ``nbytes > 0``, a bad index or setting.
+            A null address with ``nbytes > 0``, a bad index or setting, or a
+            copy that would run past the end of ``src``'s device allocation.
         EtError
             A CUDA call failed (``Error.Internal``).
         InvalidStateError
             This process was forked after CUDA was initialised.
         """
-        self.c_copy(False, dst, src, nbytes, index, stream, threads, slot_bytes, slots,
-                    small_copy_bytes)
+        self._copy(False, dst, src, nbytes, index, stream, threads, slot_bytes, slots,
+                   small_copy_bytes)
+
+    cdef int _copy(self, bint h2d, object dst, object src, object nbytes, object index,
+                   object stream, object threads, object slot_bytes, object slots,
+                   object small_copy_bytes) except -1:
+        """copy_host_to_device (``h2d``) / copy_device_to_host: check, then copy."""
+        cdef CopyConfig cfg
+        cdef int64_t n = c_count_arg(nbytes, "nbytes")
+        cdef int dev = self._index(index, "CudaAllocator.copy_host_to_device" if h2d
+                                   else "CudaAllocator.copy_device_to_host")
+        c_config(&cfg, threads, slot_bytes, slots, small_copy_bytes)
+        if n == 0:
+            return 0
+        if h2d:
+            c_h2d(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg)
+        else:
+            c_d2h(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg)
+        return 0
 
     def allocate_host(self, nbytes, index):
         """A block of page-locked host memory from the process-wide
@@ -351,13 +338,9 @@ cdef class CudaAllocator(DeviceAllocator):
         InvalidStateError
             This process was forked after CUDA was initialised.
         """
-        cdef int64_t n = _count(nbytes, "nbytes")
-        cdef int dev
-        c_check_usable("CudaAllocator.allocate_host")
-        dev = self.c_device(index)
-        if n == 0:
-            return None
-        return c_default_pool().c_malloc(n, dev)
+        cdef int64_t n = c_count_arg(nbytes, "nbytes")
+        cdef int dev = self._index(index, "CudaAllocator.allocate_host")
+        return self.c_allocate_host(n, dev)
 
     @property
     def live_blocks(self):

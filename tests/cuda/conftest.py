@@ -5,30 +5,22 @@ memory standing in for the device), which exercises the copy engine's logic
 on machines without a GPU; tests that need real CuPy arrays skip there.
 """
 import gc
-import importlib.util
 import os
-import pathlib
 
 import pytest
 
 import etptr
-from etptr._core import _staging
+from etptr.cuda import _driver
 from etptr.testing import use_allocator
+
+from _helpers import load_fakecupy
 
 FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
 
 
-def _load_fakecupy():
-    path = pathlib.Path(__file__).resolve().parent.parent / "fakecupy.py"
-    spec = importlib.util.spec_from_file_location("etptr_tests_fakecupy", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _find_cupy():
     if FAKE:
-        return _load_fakecupy().make(ndev=2), "fake CuPy (ETPTR_FAKE_CUPY=1)"
+        return load_fakecupy().make(ndev=2), "fake CuPy (ETPTR_FAKE_CUPY=1)"
     try:
         import cupy
     except ImportError as exc:
@@ -50,10 +42,10 @@ def _cuda_session():
     if CP is None:
         pytest.skip(WHY)
     if FAKE:
-        _staging._set_backend(CP)
+        _driver._set_backend(CP)
     yield
     if FAKE:
-        _staging._set_backend(None)
+        _driver._set_backend(None)
 
 
 @pytest.fixture(autouse=True)

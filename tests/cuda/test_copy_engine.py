@@ -11,7 +11,7 @@ import pytest
 
 import etptr
 from etptr import DeviceType
-from etptr._core import _staging
+from etptr.cuda import _copy_engine, _driver, _pinned_pool
 from etptr.cuda import copy_config
 
 CUDA = DeviceType.CUDA
@@ -32,7 +32,7 @@ def _bytes(t):
 @pytest.fixture
 def hook():
     yield
-    _staging._set_chunk_hook(None)
+    _copy_engine._set_chunk_hook(None)
 
 
 def _h2d(fake):
@@ -218,13 +218,13 @@ def test_interrupt_between_chunks_releases_everything(direction, hook, pool, dev
         if where == direction and i == 2:
             raise KeyboardInterrupt
 
-    _staging._set_chunk_hook(interrupt)
+    _copy_engine._set_chunk_hook(interrupt)
     with copy_config(**SMALL), pytest.raises(KeyboardInterrupt):
         if direction == "h2d":
             etptr.clone_tensor_ptr_to(t, "cuda")
         else:
             etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
-    _staging._set_chunk_hook(None)
+    _copy_engine._set_chunk_hook(None)
     assert _usage(pool, device_used) == base
     # the engine still works afterwards
     with copy_config(**SMALL):
@@ -353,7 +353,7 @@ def test_no_context_on_gpu0_when_only_gpu1_is_named_fake(fake, cp):
     shared = etptr.cuda.get_pinned_host_pool()
     shared.empty_cache()                     # its blocks belong to the other fake
     try:
-        _staging._set_backend(fresh)
+        _driver._set_backend(fresh)
         with use_allocator(CudaAllocator()), copy_config(**SMALL):
             a = _payload(MiB + 3)
             d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda:1")
@@ -368,7 +368,7 @@ def test_no_context_on_gpu0_when_only_gpu1_is_named_fake(fake, cp):
         assert fresh.state.contexts == {1}
     finally:
         shared.empty_cache()
-        _staging._set_backend(cp)
+        _driver._set_backend(cp)
 
 
 CHILD = textwrap.dedent("""
@@ -485,8 +485,8 @@ def test_stream_ordered_copy_from_inside_a_pool_block_protects_the_block(fake, a
     try:
         fake.calls.clear()
         alloc.copy_host_to_device(ptr, view.data_ptr, MiB - 64, 0, stream=0x77)
-        assert _staging._pool_block_pending(src.data_ptr), "the block's event was not recorded"
-        assert not _staging._pool_block_pending(etptr.empty([16], pinned=True).data_ptr)
+        assert _pinned_pool._pool_block_pending(src.data_ptr), "the block's event was not recorded"
+        assert not _pinned_pool._pool_block_pending(etptr.empty([16], pinned=True).data_ptr)
     finally:
         alloc.deallocate(ptr, 0)
 

@@ -283,7 +283,8 @@ FORK_PRELUDE = FORK_AND_WAIT + """
     import numpy as np
     import etptr
     import etptr.cuda
-    from etptr._core import _staging
+    from etptr._core import _host_copy
+    from etptr.cuda import _copy_engine, _driver
 
     FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
     if FAKE:
@@ -291,7 +292,7 @@ FORK_PRELUDE = FORK_AND_WAIT + """
         fake = fakecupy.make(ndev=1)
 
     def use_fake_cuda():
-        _staging._set_backend(fake)
+        _driver._set_backend(fake)
         etptr.register_device_allocator(etptr.cuda.CudaAllocator())
 
 """
@@ -675,18 +676,19 @@ FORK_FROM_THE_COPYING_THREAD = r"""
 import os, pathlib, sys, time, warnings, importlib.util
 import numpy as np
 import etptr, etptr.cuda
-from etptr._core import _staging
+from etptr._core import _host_copy
+from etptr.cuda import _copy_engine, _driver
 from etptr.testing import use_allocator
 warnings.simplefilter("ignore", DeprecationWarning)
 spec = importlib.util.spec_from_file_location(
     "fk", pathlib.Path(os.environ["ETPTR_TESTS_DIR"]) / "fakecupy.py")
 mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-fake = mod.make(ndev=2); _staging._set_backend(fake)
+fake = mod.make(ndev=2); _driver._set_backend(fake)
 pid = []
 def hook(direction, i):
     if i == 2 and not pid:
         pid.append(os.fork())       # the copying thread itself forks, mid-copy
-_staging._set_chunk_hook(hook)
+_copy_engine._set_chunk_hook(hook)
 x = np.random.default_rng(0).integers(0, 255, 8 << 20, dtype=np.uint8)
 try:
     with use_allocator(etptr.cuda.CudaAllocator()):
@@ -695,11 +697,11 @@ try:
     outcome = "completed"
 except etptr.InvalidStateError:
     outcome = "refused"
-_staging._set_chunk_hook(None)
+_copy_engine._set_chunk_hook(None)
 
 def idle_cpu():
     a = np.ones(4 << 20, np.uint8); b = np.zeros_like(a)
-    _staging._host_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 2)
+    _host_copy.parallel_copy(b.ctypes.data, a.ctypes.data, a.nbytes, 2)
     assert np.array_equal(a, b)
     t = os.times(); c0 = t.user + t.system
     time.sleep(1.5)

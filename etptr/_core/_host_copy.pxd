@@ -1,0 +1,17 @@
+# The host copy threads: a persistent pool of pthreads that copy host memory in
+# parallel (no CUDA here). See _host_copy.pyx.
+
+cdef struct Segment:
+    # one piece of a copy list: ``n`` bytes from ``src`` to ``dst``
+    char* dst
+    const char* src
+    long long n
+
+
+cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
+                     bint stream) noexcept nogil
+cdef void c_par_copy_list(const Segment* segs, long long nsegs, long long total, int threads,
+                          bint stream) noexcept nogil
+cdef long long c_copy_begin(int threads) noexcept nogil
+cdef void c_copy_end(long long epoch) noexcept nogil
+cdef int c_cpu_count() except -1

@@ -1,0 +1,29 @@
+from libc.stdint cimport int64_t, intptr_t, uintptr_t
+
+
+cdef struct CopyConfig:
+    int threads               # host threads copying each chunk (T)
+    int64_t slot_bytes        # bytes per pinned slot: the largest chunk (S)
+    int slots                 # pinned slots in flight (K)
+    int64_t small_bytes       # a pageable copy up to this is one cudaMemcpyAsync
+
+
+cdef struct HostList:
+    # The host side of a pipelined copy made of many pieces: piece i is lens[i] bytes
+    # at host[i], at offset starts[i] of the device range (sorted, not overlapping;
+    # the gaps between pieces are neither read nor written on the host).
+    char** host
+    const int64_t* lens
+    const int64_t* starts
+    int64_t n
+
+
+cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,
+                  object small_bytes) except -1
+cdef int c_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+                    CopyConfig* cfg) except -1
+cdef int c_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+                    CopyConfig* cfg) except -1
+cdef intptr_t c_copy_stream(int dev, object stream) except? -1
+cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int64_t nbytes,
+                  int dev, intptr_t stream, bint h2d, bint sync, CopyConfig* cfg) except -1

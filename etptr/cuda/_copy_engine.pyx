@@ -1,0 +1,628 @@
+"""The host<->device copy engine: settings, per-device copy streams, the pipeline.
+
+Host -> device from pageable memory over the small-copy threshold goes in chunks
+through K pinned slots of S bytes: for chunk i the engine waits for slot i%K's
+event, T threads copy the chunk into the slot (without the GIL, non-temporal
+stores up to 64 MiB, :mod:`etptr._core._host_copy`), the slot's DMA is queued on
+the device's copy stream and the slot's event recorded, so the host copy of
+chunk i+1 overlaps the DMA of chunk i. A page-locked source goes up in one DMA;
+a small pageable one in one ``cudaMemcpyAsync``. Device -> host into
+page-locked memory is one DMA; into pageable memory it is staged in reverse.
+The pipeline also moves many pieces at once (:c:type:`HostList`): each chunk
+is gathered from (or scattered to) the pieces that fall in it.
+
+:func:`c_h2d` and :func:`c_d2h` are the one entry per direction:
+each checks fork state once, enters the device's context once, checks the
+device range, picks the path and restores the caller's context. Defaults
+were measured on H200 hosts (PCIe Gen5 x16) by ``bench/sweep_copy.py``
+(its output: ``bench/sweep_copy.txt``): T=16 (capped at the CPUs this
+process may use), S=16 MiB, K=3, small copies up to 64 KiB.
+"""
+cimport cython
+from cpython.exc cimport PyErr_CheckSignals
+from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uintptr_t
+from libc.stdlib cimport free, malloc
+
+import os
+import threading
+import warnings
+
+from etptr._core._args cimport c_count_arg, c_int_arg
+from etptr._core._error cimport raise_error
+from etptr._core._host_copy cimport (
+    Segment, c_copy_begin, c_copy_end, c_cpu_count, c_par_copy, c_par_copy_list)
+from etptr.cuda._driver cimport (
+    DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cuda_failed,
+    c_current_stream, c_enter_device, c_event_create, c_event_destroy, c_exit_device, c_forked,
+    c_is_page_locked, c_keep_forever, c_runtime, c_stream_create, c_stream_destroy,
+    c_stream_handle)
+from etptr.cuda._pinned_pool cimport (
+    PinnedHostPool, Slab, c_default_pool, c_ensure_event, c_pool_block_containing, c_record)
+
+from etptr._core._error import Error, EtWarning
+from etptr.cuda._driver import _on_backend_change, _on_fork_child
+
+
+# ------------------------------------------------------------------ configuration
+
+cdef CopyConfig _cfg
+_cfg.threads = min(16, c_cpu_count())
+_cfg.slot_bytes = 16 << 20
+_cfg.slots = 3
+_cfg.small_bytes = 64 << 10
+_tls = threading.local()
+
+
+def _check_config(threads, slot_bytes, slots, small_copy_bytes):
+    """The given settings (None: not given), checked, as a dict."""
+    out = {}
+    if threads is not None:
+        out["threads"] = c_int_arg(threads, "threads", 1, 1024)
+    if slot_bytes is not None:
+        out["slot_bytes"] = c_int_arg(slot_bytes, "slot_bytes", 4096, 1 << 40)
+    if slots is not None:
+        out["slots"] = c_int_arg(slots, "slots", 1, 64)
+    if small_copy_bytes is not None:
+        out["small_copy_bytes"] = c_count_arg(small_copy_bytes, "small_copy_bytes")
+    return out
+
+
+cdef int _apply(CopyConfig* cfg, dict kw) except -1:
+    if "threads" in kw:
+        cfg.threads = kw["threads"]
+    if "slot_bytes" in kw:
+        cfg.slot_bytes = kw["slot_bytes"]
+    if "slots" in kw:
+        cfg.slots = kw["slots"]
+    if "small_copy_bytes" in kw:
+        cfg.small_bytes = kw["small_copy_bytes"]
+    return 0
+
+
+cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,
+                  object small_bytes) except -1:
+    """The settings for one copy: process-wide, then this thread's, then the call's."""
+    cfg[0] = _cfg
+    local = getattr(_tls, "stack", None)
+    if local:
+        _apply(cfg, local[-1])
+    if threads is not None or slot_bytes is not None or slots is not None or small_bytes is not None:
+        _apply(cfg, _check_config(threads, slot_bytes, slots, small_bytes))
+    return 0
+
+
+def set_copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None):
+    """Change the copy engine's process-wide settings (None keeps a setting).
+
+    Parameters
+    ----------
+    threads : int, host threads copying each chunk (T), 1..1024
+    slot_bytes : int, bytes per pinned slot, the chunk size (S), 4096..2**40
+    slots : int, pinned slots in flight (K), 1..64
+    small_copy_bytes : int, bytes up to which a copy skips the pipeline
+
+    Notes
+    -----
+    The environment variable ``ETPTR_COPY_CONFIG`` (for example
+    ``"threads=12,slot_bytes=16777216"``) sets the same values when etptr's
+    copy engine is first imported.
+
+    Raises
+    ------
+    InvalidArgumentError
+        A value out of range.
+    """
+    _apply(&_cfg, _check_config(threads, slot_bytes, slots, small_copy_bytes))
+
+
+def _config_from_env():
+    """Apply ``ETPTR_COPY_CONFIG`` ("threads=12,slot_bytes=16777216,...") at import."""
+    text = os.environ.get("ETPTR_COPY_CONFIG", "")
+    if not text.strip():
+        return
+    try:
+        kw = {}
+        for item in text.split(","):
+            if item.strip():
+                key, value = item.split("=")
+                kw[key.strip()] = int(value.strip(), 0)
+        set_copy_config(**kw)
+    except Exception as exc:
+        warnings.warn(f"etptr: ignoring ETPTR_COPY_CONFIG={text!r}: {exc}", EtWarning,
+                      stacklevel=2)
+
+
+def get_copy_config():
+    """The copy engine's settings in force for the calling thread: the
+    process-wide ones (:func:`set_copy_config`, ``ETPTR_COPY_CONFIG``),
+    overridden inside ``with etptr.cuda.copy_config(...)`` blocks of this thread.
+
+    Keys: ``threads`` (host threads copying each chunk; by default 16, or
+    fewer when the process may use fewer CPUs), ``slot_bytes`` (bytes per
+    pinned slot, the largest chunk), ``slots`` (pinned slots in flight),
+    ``small_copy_bytes`` (bytes up to which a pageable copy is one
+    ``cudaMemcpyAsync``, without the pipeline).
+    """
+    cdef CopyConfig cfg
+    c_config(&cfg, None, None, None, None)
+    return {"threads": cfg.threads, "slot_bytes": cfg.slot_bytes, "slots": cfg.slots,
+            "small_copy_bytes": cfg.small_bytes}
+
+
+_config_from_env()
+
+
+def _push_config(threads=None, slot_bytes=None, slots=None, small_copy_bytes=None):
+    """Override settings for this thread until :func:`_pop_config`."""
+    kw = _check_config(threads, slot_bytes, slots, small_copy_bytes)
+    stack = getattr(_tls, "stack", None)
+    if stack is None:
+        stack = _tls.stack = []
+    merged = dict(stack[-1]) if stack else {}
+    merged.update(kw)
+    stack.append(merged)
+
+
+def _pop_config():
+    _tls.stack.pop()
+
+
+# ------------------------------------------------------------------ copy streams (one per device)
+
+@cython.final
+cdef class _Engine:
+    cdef intptr_t stream          # the device's copy stream (blocking)
+    cdef intptr_t order_event     # orders the copy stream after the caller's stream
+    cdef cython.pymutex lock
+
+
+cdef dict _engines = {}
+cdef cython.pymutex _engines_lock
+
+
+cdef _Engine _engine(int dev):
+    """The copy stream and events of ``dev``; the device must be current."""
+    cdef _Engine eng = _engines.get(dev)
+    if eng is not None:
+        return eng
+    eng = _Engine.__new__(_Engine)
+    eng.stream = c_stream_create()
+    try:
+        eng.order_event = c_event_create()
+    except BaseException:
+        c_stream_destroy(eng.stream)
+        raise
+    with _engines_lock:
+        other = _engines.get(dev)
+        if other is None:
+            _engines[dev] = eng
+    if other is not None:
+        c_stream_destroy(eng.stream)
+        c_event_destroy(eng.order_event)
+        return other
+    return eng
+
+
+cdef int _order_after(_Engine eng, intptr_t cur) except -1:
+    """Make the copy stream wait for the work queued so far on the caller's stream ``cur``."""
+    cdef int rc
+    if cur == 0 or cur == eng.stream:
+        return 0      # the legacy default stream already orders blocking streams
+    with eng.lock:
+        with nogil:
+            rc = api.event_record(<void*>eng.order_event, <void*>cur)
+            if rc == 0:
+                rc = api.stream_wait_event(<void*>eng.stream, <void*>eng.order_event, 0)
+    c_check(rc, "ordering the copy after the caller's stream")
+    return 0
+
+
+cdef intptr_t c_copy_stream(int dev, object stream) except? -1:
+    """The stream a copy on ``dev`` (current) runs on: ``stream``'s handle, or for None the
+    device's copy stream, ordered after the caller's current stream."""
+    cdef _Engine eng
+    if stream is not None:
+        return c_stream_handle(stream)
+    eng = _engine(dev)
+    _order_after(eng, c_current_stream())
+    return eng.stream
+
+
+def _forget_engines():
+    """The backend changed, or this is a child forked after CUDA init: the streams and
+    events belong to the previous backend or to the parent's context."""
+    global _engines
+    with _engines_lock:
+        old = _engines
+        _engines = {}
+    if c_forked():
+        c_keep_forever(old)
+
+
+_on_fork_child(_forget_engines)
+_on_backend_change(_forget_engines)
+
+
+# ------------------------------------------------------------------ the pipeline
+
+cdef object _chunk_hook = None   # tests: called as hook(direction, chunk index) after each chunk
+cdef bint _hook_set = False
+cdef int64_t _MIN_CHUNK = 1 << 20      # smallest pipelined chunk
+cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in this many chunks
+cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
+cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
+cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies up to this size: above it memcpy was
+                                       # faster (bench/results/h200x2_chunking.txt)
+
+
+def _set_chunking(target_chunks, min_chunk):
+    """Cut copies shorter than K slots in ``target_chunks`` chunks of at least ``min_chunk``
+    bytes (1: one chunk per slot). For measurements (bench/sweep_copy.py)."""
+    global _TARGET_CHUNKS, _MIN_CHUNK
+    _TARGET_CHUNKS = <int>c_int_arg(target_chunks, "target_chunks", 1, 1 << 20)
+    _MIN_CHUNK = c_int_arg(min_chunk, "min_chunk", 4096, INT64_MAX)
+
+
+def _set_streaming_stores(bint on):
+    """Fill upload slots with non-temporal stores (True) or memcpy. For measurements."""
+    global _stream_h2d
+    _stream_h2d = on
+
+
+def _get_chunking():
+    """(target_chunks, min_chunk) in use; see _set_chunking."""
+    return _TARGET_CHUNKS, _MIN_CHUNK
+
+
+def _set_chunk_hook(hook):
+    """Call ``hook(direction, i)`` after each pipelined chunk (None: stop). For tests."""
+    global _chunk_hook, _hook_set
+    _chunk_hook = hook
+    _hook_set = hook is not None
+
+
+cdef inline int64_t _ceil_div(int64_t n, int64_t d) noexcept nogil:
+    return n // d + (1 if n % d else 0)      # no overflow near 2**63
+
+
+cdef int64_t _chunk_bytes(int64_t nbytes, CopyConfig* cfg) noexcept nogil:
+    """The chunk size of a pipelined copy: the slot size, or less, so that a copy
+    of a few slots still overlaps host copies with DMA (about _TARGET_CHUNKS chunks)."""
+    cdef int64_t s = cfg.slot_bytes
+    cdef int64_t c
+    if nbytes >= s * cfg.slots:
+        return s
+    c = _ceil_div(nbytes, _TARGET_CHUNKS)
+    c = (c + 65535) & ~(<int64_t>65535)
+    if c < _MIN_CHUNK:
+        c = _MIN_CHUNK
+    return s if c > s else c
+
+
+cdef struct _Pipe:
+    char* host                # the pageable side (one range), or NULL with ``pieces``
+    const HostList* pieces    # the pageable side as many pieces
+    unsigned long long dev    # the device side
+    int64_t nbytes
+    int64_t chunk             # bytes per chunk (<= a slot)
+    int k                     # slots
+    int threads
+    int device                # for messages
+    bint stream_stores        # fill upload slots with non-temporal stores
+    void* stream
+    char* slot[64]
+    void* event[64]
+    bint pending[64]          # an event recorded on the slot that may not have completed
+
+
+cdef inline int64_t _chunk_len(_Pipe* p, int64_t i) noexcept nogil:
+    """Bytes in chunk ``i`` (the last one may be short)."""
+    cdef int64_t m = p.nbytes - i * p.chunk
+    return p.chunk if m > p.chunk else m
+
+
+cdef int _pipe_failed(int rc, _Pipe* p, bint h2d) except -1 with gil:
+    what = "host->device copy" if h2d else "device->host copy"
+    c_cuda_failed(rc, f"{what} of nbytes={p.nbytes} on cuda:{p.device}")
+    return -1
+
+
+cdef int _between_chunks(bint h2d, int64_t i) except -1 with gil:
+    if _hook_set and _chunk_hook is not None:
+        _chunk_hook("h2d" if h2d else "d2h", i)
+    PyErr_CheckSignals()
+    c_check_usable("host->device copy" if h2d else "device->host copy")   # forked meanwhile?
+    return 0
+
+
+cdef void _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
+                       bint stream) noexcept nogil:
+    """Copy bytes [off, off+m) of the device range between ``slot`` and the pieces
+    that fall in it (gather into the slot for H2D, scatter out of it for D2H)."""
+    cdef const HostList* L = p.pieces
+    cdef int64_t lo = 0, hi = L.n, mid, end, i, a, b, nseg = 0, total = 0
+    cdef Segment one
+    cdef Segment* segs
+    while lo < hi:                      # the first piece ending after off
+        mid = (lo + hi) // 2
+        if L.starts[mid] + L.lens[mid] <= off:
+            lo = mid + 1
+        else:
+            hi = mid
+    end = lo
+    while end < L.n and L.starts[end] < off + m:
+        end += 1
+    segs = <Segment*>malloc((end - lo + 1) * sizeof(Segment))
+    for i in range(lo, end):
+        a = L.starts[i] if L.starts[i] > off else off
+        b = L.starts[i] + L.lens[i]
+        if b > off + m:
+            b = off + m
+        if a >= b:
+            continue
+        if h2d:
+            one.dst = slot + (a - off)
+            one.src = L.host[i] + (a - L.starts[i])
+        else:
+            one.dst = L.host[i] + (a - L.starts[i])
+            one.src = slot + (a - off)
+        one.n = b - a
+        if segs == NULL:                # no memory for the list: copy the pieces in turn
+            c_par_copy(one.dst, one.src, one.n, 1, stream)
+            continue
+        segs[nseg] = one
+        total += one.n
+        nseg += 1
+    if segs != NULL:
+        c_par_copy_list(segs, nseg, total, p.threads, stream)
+        free(segs)
+
+
+cdef inline void _fill(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
+    if p.pieces == NULL:
+        c_par_copy(slot, p.host + off, m, p.threads, p.stream_stores)
+    else:
+        _move_pieces(p, slot, off, m, True, p.stream_stores)
+
+
+cdef inline void _drain(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
+    if p.pieces == NULL:
+        c_par_copy(p.host + off, slot, m, p.threads, False)
+    else:
+        _move_pieces(p, slot, off, m, False, False)
+
+
+cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
+    """Chunk i: wait for its slot's previous DMA, fill the slot with ``threads`` threads,
+    queue the slot's DMA and record the slot's event."""
+    cdef int64_t nchunks = _ceil_div(p.nbytes, p.chunk)
+    cdef int64_t i, off, m
+    cdef int j, rc
+    for i in range(nchunks):
+        j = <int>(i % p.k)
+        if p.pending[j]:
+            rc = api.event_sync(p.event[j])
+            if rc != 0:
+                _pipe_failed(rc, p, True)
+            p.pending[j] = False
+        off = i * p.chunk
+        m = _chunk_len(p, i)
+        _fill(p, p.slot[j], off, m)
+        rc = api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
+        if rc == 0:
+            rc = api.event_record(p.event[j], p.stream)
+        if rc != 0:
+            _pipe_failed(rc, p, True)
+        p.pending[j] = True
+        if _hook_set or i % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
+            _between_chunks(True, i)
+    if sync:
+        rc = api.stream_sync(p.stream)
+        if rc != 0:
+            _pipe_failed(rc, p, True)
+        for j in range(p.k):
+            p.pending[j] = False
+    return 0
+
+
+cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
+    """The reverse: the DMAs of the first K chunks are queued at once; chunk i is
+    copied out of its slot by ``threads`` threads once its event completes, and
+    the slot's next DMA (chunk i+K) is queued right after."""
+    cdef int64_t nchunks = _ceil_div(p.nbytes, p.chunk)
+    cdef int64_t i, off, m
+    cdef int j, rc
+    for i in range(nchunks + p.k):
+        if i >= p.k:
+            # chunk i-K is in its slot once the slot's event completes: copy it out
+            j = <int>((i - p.k) % p.k)
+            rc = api.event_sync(p.event[j])
+            if rc != 0:
+                _pipe_failed(rc, p, False)
+            p.pending[j] = False
+            off = (i - p.k) * p.chunk
+            m = _chunk_len(p, i - p.k)
+            _drain(p, p.slot[j], off, m)
+            if _hook_set or (i - p.k) % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
+                _between_chunks(False, i - p.k)
+        if i < nchunks:
+            j = <int>(i % p.k)
+            off = i * p.chunk
+            m = _chunk_len(p, i)
+            rc = api.dtoh(p.slot[j], p.dev + <unsigned long long>off, <size_t>m, p.stream)
+            if rc == 0:
+                rc = api.event_record(p.event[j], p.stream)
+            if rc != 0:
+                _pipe_failed(rc, p, False)
+            p.pending[j] = True
+    return 0
+
+
+cdef void _settle(intptr_t stream, list slabs) noexcept:
+    """On a failure: let queued copies finish before memory is freed or reused."""
+    cdef Slab slab
+    cdef int rc
+    if c_forked():
+        return        # forked during the copy: the stream is the parent's
+    with nogil:
+        rc = api.stream_sync(<void*>stream)
+    if rc != 0:
+        return        # the slabs keep their pending events: the pool waits for them
+    for slab in slabs:
+        slab.pending = False
+
+
+cdef int _release_slots(PinnedHostPool pool, list slabs, int64_t nbytes) except -1:
+    """Give every slot back to the pool, even when one fails; then raise the first failure."""
+    cdef Slab slab
+    first = None
+    for slab in slabs:
+        try:
+            pool.c_release(slab, nbytes)
+        except BaseException as exc:
+            if first is None:
+                first = exc
+    if first is not None:
+        raise first
+    return 0
+
+
+cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int64_t nbytes,
+                  int dev, intptr_t s, bint h2d, bint sync, CopyConfig* cfg) except -1:
+    """A pageable copy of the device range [dev_ptr, dev_ptr+nbytes) through K pinned
+    slots; the host side is ``host`` (one range) or ``pieces``. ``dev`` is current.
+    H2D with ``sync`` False leaves the DMAs queued (the host side has been read)."""
+    cdef _Pipe p
+    cdef int64_t nchunks
+    cdef long long epoch
+    cdef list slabs = []
+    cdef Slab slab
+    cdef PinnedHostPool pool = c_default_pool()
+    cdef int j
+    p.host = <char*>host
+    p.pieces = pieces
+    p.dev = dev_ptr
+    p.nbytes = nbytes
+    p.chunk = _chunk_bytes(nbytes, cfg)
+    nchunks = _ceil_div(nbytes, p.chunk)
+    p.k = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
+    p.threads = cfg.threads
+    p.device = dev
+    p.stream_stores = _stream_h2d and nbytes <= _STREAM_MAX
+    p.stream = <void*>s
+    for j in range(p.k):
+        p.pending[j] = False
+    epoch = c_copy_begin(p.threads)      # wakes the copy threads while the slots are found
+    try:
+        try:
+            for j in range(p.k):
+                # whole slots (slot_bytes) even for shorter chunks: one size class to cache
+                slab = pool.c_acquire(cfg.slot_bytes, dev)
+                slabs.append(slab)
+                c_ensure_event(slab, dev)
+                p.slot[j] = <char*>slab.ptr
+                p.event[j] = <void*>slab.event
+            if h2d:
+                with nogil:
+                    _pipe_h2d(&p, sync)
+            else:
+                with nogil:
+                    _pipe_d2h(&p)
+        finally:
+            for j in range(len(slabs)):   # which slots a queued DMA may still touch
+                (<Slab>slabs[j]).pending = p.pending[j]
+    except BaseException:
+        _settle(s, slabs)
+        raise
+    finally:
+        c_copy_end(epoch)
+        _release_slots(pool, slabs, cfg.slot_bytes)
+    return 0
+
+
+# ------------------------------------------------------------------ the entries
+
+cdef int _one_dma(uintptr_t dst, uintptr_t src, int64_t nbytes, bint h2d, intptr_t s,
+                  bint sync) except -1:
+    """One cudaMemcpyAsync (+ wait when ``sync``), without the GIL; its return code."""
+    cdef int rc
+    with nogil:
+        if h2d:
+            rc = api.htod(dst, <const void*>src, <size_t>nbytes, <void*>s)
+        else:
+            rc = api.dtoh(<void*>dst, src, <size_t>nbytes, <void*>s)
+        if rc == 0 and sync:
+            rc = api.stream_sync(<void*>s)
+    return rc
+
+
+cdef int _copy(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev, object stream,
+               CopyConfig* cfg, bint h2d) except -1:
+    """The body both entries share: ``dev`` is current, the addresses checked."""
+    cdef bint sync = stream is None
+    cdef intptr_t s = c_copy_stream(dev, stream)
+    cdef Slab slab
+    cdef int rc = 0
+    cdef uintptr_t dst = dev_side if h2d else host
+    cdef uintptr_t src = host if h2d else dev_side
+    c_check_device_range(dev_side, nbytes, "dst" if h2d else "src")
+    slab = c_default_pool().c_find(host)
+    if slab is None and not sync:
+        slab = c_pool_block_containing(host)
+    if slab is not None or (nbytes > cfg.small_bytes and c_is_page_locked(host)):
+        # page-locked: one DMA; a pool block remembers the copy until it completes
+        rc = _one_dma(dst, src, nbytes, h2d, s, sync)
+        if rc == 0 and not sync and slab is not None:
+            c_record(slab, s, dev)
+    elif nbytes <= cfg.small_bytes:
+        # small and pageable: one cudaMemcpyAsync; the driver stages it. Into pageable
+        # memory, or for the default synchronous form, wait for it.
+        rc = _one_dma(dst, src, nbytes, h2d, s, sync or not h2d)
+    else:
+        c_staged(dev_side, host, NULL, nbytes, dev, s, h2d, sync or not h2d, cfg)
+    if rc != 0:
+        c_cuda_failed(rc, f"{'host->device' if h2d else 'device->host'} copy of "
+                          f"nbytes={nbytes} on cuda:{dev}")
+    return 0
+
+
+cdef int c_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+                    CopyConfig* cfg) except -1:
+    """Copy ``nbytes`` from host address ``src`` to device address ``dst`` on ``dev`` (a
+    checked device index).
+
+    ``stream`` None: synchronous (on the device's copy stream, ordered after the
+    caller's current stream). Otherwise queued on ``stream``: a pageable ``src``
+    has been read when this returns; a page-locked one is read by the DMA later.
+    """
+    cdef DeviceGuard guard
+    c_check_usable("host->device copy")
+    if nbytes <= 0:
+        return 0
+    c_runtime()
+    c_enter_device(dev, &guard)
+    try:
+        _copy(dst, src, nbytes, dev, stream, cfg, True)
+    finally:
+        c_exit_device(&guard)
+    return 0
+
+
+cdef int c_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
+                    CopyConfig* cfg) except -1:
+    """Copy ``nbytes`` from device address ``src`` on ``dev`` to host address ``dst``.
+
+    ``stream`` None: synchronous. Otherwise queued on ``stream``: into page-locked
+    memory the DMA may still run on return; into pageable memory it has completed.
+    """
+    cdef DeviceGuard guard
+    c_check_usable("device->host copy")
+    if nbytes <= 0:
+        return 0
+    c_runtime()
+    c_enter_device(dev, &guard)
+    try:
+        _copy(src, dst, nbytes, dev, stream, cfg, False)
+    finally:
+        c_exit_device(&guard)
+    return 0

@@ -1,0 +1,833 @@
+"""How etptr reaches CUDA: the driver's function table, contexts, pointer queries,
+streams and events, page-locked memory, CuPy (imported lazily) and fork state.
+
+This is the only module that knows how CUDA is reached. The calls made per copy
+or per chunk go through :data:`api`, a table of C function pointers: with CuPy
+installed they are the CUDA driver API's own functions, looked up in the
+libcuda that CuPy's runtime loaded (``dlopen``/``dlsym``), called without the
+GIL. With a stand-in for CuPy (the tests' host-memory fake), or where libcuda
+lacks a symbol, they are shims that take the GIL and call :class:`_PythonDriver`,
+which does the same through the module's Python API. Rare calls (pinning
+memory, creating streams and events) always go through CuPy.
+
+Every device-side call runs with its device's primary context current, and the
+caller's context is restored afterwards: no context is created on a device the
+caller did not name.
+
+Fork: the CUDA driver cannot be used in a child made by ``os.fork()`` once
+the parent has initialised it. In such a child every CUDA entry point of
+etptr raises :class:`~etptr.InvalidStateError` (naming fork and the 'spawn'
+start method), and what belonged to the parent's context (streams, events,
+pinned blocks, device memory) is forgotten without a CUDA call: modules that
+hold such things register a callback with :func:`_on_fork_child`. A child
+forked before CUDA was first used may use CUDA itself.
+"""
+cimport cython
+from cpython.ref cimport Py_INCREF
+from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uint64_t, uintptr_t
+from posix.dlfcn cimport RTLD_LOCAL, RTLD_NOW, dlerror, dlopen, dlsym
+from posix.unistd cimport getpid
+
+import importlib
+import os
+import sys
+import threading
+
+from etptr._core._args cimport c_int_arg, c_type_name
+from etptr._core._error cimport raise_error
+
+from etptr._core._error import Error, EtError
+
+# cudaMemcpyKind, cudaHostAllocPortable, cudaEventDisableTiming
+cdef enum:
+    _H2D = 1
+    _D2H = 2
+    _D2D = 3
+    _HOST_ALLOC_PORTABLE = 1
+    _EVENT_DISABLE_TIMING = 2
+    _MAX_DEVICES = 128            # ExecuTorch's DeviceIndex is int8
+
+# ------------------------------------------------------------------ fork state
+
+cdef bint _cuda_initialised = False   # by etptr, in this process or before the fork
+cdef bint _forked_after_init = False  # this process was forked after that
+cdef long _init_pid = 0               # the process that initialised CUDA
+_fork_callbacks = []                  # run in a child forked after CUDA was initialised
+
+
+cdef void _note_init() noexcept:
+    global _cuda_initialised, _init_pid
+    if not _cuda_initialised:
+        _init_pid = getpid()
+        _cuda_initialised = True
+
+
+cdef bint c_forked() noexcept nogil:
+    """True in a child forked after CUDA was initialised: CUDA must not be called."""
+    return _forked_after_init
+
+
+cdef int c_check_usable(str what) except -1:
+    """Raise InvalidStateError when CUDA cannot be used here (forked after initialisation)."""
+    if _forked_after_init:
+        raise_error(Error.InvalidState,
+                    f"{what}: CUDA cannot be used in this process (pid {getpid()}): it was "
+                    f"created by fork() after process {_init_pid} had initialised CUDA, and "
+                    f"the CUDA driver does not survive fork. Start processes that use CUDA "
+                    f"with the 'spawn' start method (multiprocessing.get_context('spawn'), or "
+                    f"multiprocessing.set_start_method('spawn')), or fork before the first "
+                    f"CUDA call. Host-only etptr functions work here.")
+    return 0
+
+
+def _note_cuda_init():
+    """Record that CUDA is being initialised in this process (etptr.cuda.is_available)."""
+    _note_init()
+
+
+def _cuda_forked():
+    """True in a process forked after CUDA was initialised (CUDA calls raise there)."""
+    return _forked_after_init
+
+
+def _on_fork_child(callback):
+    """Run ``callback()`` in a child forked after CUDA was initialised, before anything
+    else: it drops what belonged to the parent's context, without a CUDA call."""
+    _fork_callbacks.append(callback)
+
+
+cdef void c_keep_forever(object obj) noexcept:
+    """Never destroy ``obj`` (a parent's CUDA object seen in a forked child)."""
+    Py_INCREF(obj)
+
+
+# ------------------------------------------------------------------ CuPy, lazily
+
+cdef object _cp = None      # the cupy module (or a stand-in set by _set_backend)
+cdef object _rt = None      # its cuda.runtime
+cdef object _CudaError = None
+
+
+cdef object c_runtime():
+    """CuPy's ``cuda.runtime``, importing CuPy on first use; NotSupportedError without it.
+    The caller has checked that CUDA is usable here (:func:`c_check_usable`)."""
+    if _cp is None:
+        try:
+            cupy = importlib.import_module("cupy")
+        except ImportError as exc:
+            raise_error(Error.NotSupported,
+                        f"CUDA copies need CuPy (pip install cupy-cuda12x or cupy-cuda13x): {exc}")
+        _set_backend(cupy)
+    return _rt
+
+
+cdef object c_cupy():
+    """The CuPy module (or its stand-in), imported on first use (see :func:`c_runtime`)."""
+    c_runtime()
+    return _cp
+
+
+def _cupy():
+    """The CuPy module (or its stand-in), imported on first use."""
+    c_check_usable("CUDA")
+    return c_cupy()
+
+
+def _set_backend(module):
+    """Use ``module`` as CuPy (None: import CuPy again on next use). For tests.
+
+    Every module holding CUDA objects of the previous backend is told to forget them
+    (the callbacks of :func:`_on_backend_change`)."""
+    global _cp, _rt, _CudaError, _driver_why, _ndev, _py
+    _ndev = -1
+    _forget_contexts()
+    for callback in _backend_callbacks:
+        callback()
+    if module is None:
+        _cp = _rt = _CudaError = _py = None
+        _use_shims()
+        _driver_why = "CuPy not loaded yet"
+        return
+    _note_init()      # getDeviceCount below initialises the driver
+    _cp = module
+    _rt = module.cuda.runtime
+    _CudaError = module.cuda.runtime.CUDARuntimeError
+    _py = _PythonDriver(module)
+    try:
+        _rt.getDeviceCount()      # initialises the driver (no context) before any driver call
+    except Exception:
+        pass
+    _use_shims()
+    if getattr(module, "is_fake", False):
+        _driver_why = "a stand-in for CuPy"
+    else:
+        _load_driver()
+
+
+_backend_callbacks = []
+
+
+def _on_backend_change(callback):
+    """Run ``callback()`` whenever the CUDA backend changes (tests swap in a stand-in)."""
+    _backend_callbacks.append(callback)
+
+
+# ------------------------------------------------------------------ the driver table
+
+cdef Api api
+cdef str _driver_why = "CuPy not loaded yet"   # why the shims are in use
+cdef void* _primary_ctx[_MAX_DEVICES]          # each device's primary context, once retained
+
+ctypedef int (*_f_device_get)(int* device, int ordinal) noexcept nogil
+ctypedef int (*_f_name)(int rc, const char** name) noexcept nogil
+cdef _f_device_get _cuDeviceGet = NULL
+cdef f_primary _cuDevicePrimaryCtxRetain = NULL
+cdef _f_name _cuGetErrorName = NULL
+
+
+cdef void _forget_contexts() noexcept:
+    cdef int i
+    for i in range(_MAX_DEVICES):
+        _primary_ctx[i] = NULL
+
+
+cdef int _real_primary(void** ctx, int ordinal) noexcept nogil:
+    cdef int device = 0
+    cdef int rc = _cuDeviceGet(&device, ordinal)
+    if rc != 0:
+        return rc
+    return _cuDevicePrimaryCtxRetain(ctx, device)
+
+
+# libcuda's functions the table uses, in the order _load_driver stores them; the ones
+# after _REQUIRED may be missing (older drivers): their features are then off.
+_DRIVER_SYMBOLS = (b"cuCtxGetCurrent", b"cuCtxSetCurrent", b"cuCtxGetDevice", b"cuDeviceGet",
+                   b"cuDevicePrimaryCtxRetain", b"cuMemcpyHtoDAsync_v2", b"cuMemcpyDtoHAsync_v2",
+                   b"cuMemcpyDtoDAsync_v2", b"cuStreamSynchronize", b"cuEventRecord",
+                   b"cuEventSynchronize", b"cuEventQuery", b"cuStreamWaitEvent",
+                   b"cuPointerGetAttribute", b"cuGetErrorName", b"cuLaunchKernel",
+                   b"cuModuleLoadData", b"cuModuleGetFunction")
+cdef int _REQUIRED = 15
+cdef void* _sym[18]
+
+
+cdef bint _load_driver():
+    """Point the table at libcuda's functions; False (shims stay) when one is missing."""
+    global _cuDeviceGet, _cuDevicePrimaryCtxRetain, _cuGetErrorName, _driver_why
+    cdef void* lib = dlopen(b"libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
+    cdef const char* err
+    cdef bytes name
+    cdef int i
+    if lib == NULL:
+        lib = dlopen(b"libcuda.so", RTLD_NOW | RTLD_LOCAL)
+    if lib == NULL:
+        err = dlerror()
+        _driver_why = f"dlopen(libcuda.so.1): {err.decode() if err != NULL else '?'}"
+        return False
+    for i, name in enumerate(_DRIVER_SYMBOLS):
+        _sym[i] = dlsym(lib, name)
+        if _sym[i] == NULL and i < _REQUIRED:
+            _driver_why = f"libcuda has no {name.decode()}"
+            return False
+    api.ctx_get = <f_ctx_get>_sym[0]
+    api.ctx_set = <f_ctx_set>_sym[1]
+    api.ctx_device = <f_ctx_device>_sym[2]
+    _cuDeviceGet = <_f_device_get>_sym[3]
+    _cuDevicePrimaryCtxRetain = <f_primary>_sym[4]
+    api.primary = _real_primary
+    api.htod = <f_htod>_sym[5]
+    api.dtoh = <f_dtoh>_sym[6]
+    api.dtod = <f_dtod>_sym[7]
+    api.stream_sync = <f_handle>_sym[8]
+    api.event_record = <f_record>_sym[9]
+    api.event_sync = <f_handle>_sym[10]
+    api.event_query = <f_handle>_sym[11]
+    api.stream_wait_event = <f_wait>_sym[12]
+    api.pointer_attr = <f_attr>_sym[13]
+    _cuGetErrorName = <_f_name>_sym[14]
+    api.launch = <f_launch>_sym[15]
+    api.driver = True
+    _driver_why = ""
+    return True
+
+
+def _driver_calls():
+    """'libcuda' when copies call the CUDA driver directly, else 'python (why)': CuPy's API.
+
+    Loads CuPy first when it is importable (the choice is made then)."""
+    if _cp is None:
+        try:
+            _cupy()
+        except EtError:
+            pass
+    return "libcuda" if api.driver else f"python ({_driver_why})"
+
+
+ctypedef int (*_f_load)(void** module, const void* image) noexcept nogil
+ctypedef int (*_f_get)(void** fn, void* module, const char* name) noexcept nogil
+
+
+cdef void* c_module_function(bytes image, bytes name) except NULL:
+    """A kernel of a PTX or cubin ``image`` (cuModuleLoadData + cuModuleGetFunction) in
+    the current context; NotSupportedError where libcuda cannot load modules."""
+    cdef void* module = NULL
+    cdef void* fn = NULL
+    if not api.driver or _sym[16] == NULL or _sym[17] == NULL or api.launch == NULL:
+        raise_error(Error.NotSupported, f"loading CUDA kernels needs libcuda ({_driver_why})")
+    c_check((<_f_load>_sym[16])(&module, <const char*>image), "cuModuleLoadData")
+    c_check((<_f_get>_sym[17])(&fn, module, <const char*>name), "cuModuleGetFunction")
+    return fn
+
+
+# ------------------------------------------------------------------ the shims
+
+_shim_errors = threading.local()          # the exception a shim caught, per thread
+cdef object _py = None                    # the _PythonDriver in use
+
+
+class _PythonDriver:
+    """The table's calls through a CuPy-like module's Python API (for the shims).
+
+    Each method returns the call's result; an exception is the call's failure. Memory
+    CUDA does not know makes :meth:`pointer_attr` return None (CUDA_ERROR_INVALID_VALUE)."""
+
+    def __init__(self, module):
+        self.rt = module.cuda.runtime
+        self.drv = module.cuda.driver
+
+    def ctx_get(self):
+        return self.drv.ctxGetCurrent()
+
+    def ctx_set(self, ctx):
+        self.drv.ctxSetCurrent(ctx)
+
+    def ctx_device(self):
+        return self.rt.getDevice()
+
+    def primary(self, dev):
+        prev = self.drv.ctxGetCurrent()
+        self.rt.setDevice(dev)
+        ctx = self.drv.ctxGetCurrent()
+        self.drv.ctxSetCurrent(prev)
+        return ctx
+
+    def htod(self, dst, src, n, stream):
+        self.rt.memcpyAsync(dst, src, n, _H2D, stream)
+
+    def dtoh(self, dst, src, n, stream):
+        self.rt.memcpyAsync(dst, src, n, _D2H, stream)
+
+    def dtod(self, dst, src, n, stream):
+        self.rt.memcpyAsync(dst, src, n, _D2D, stream)
+
+    def stream_sync(self, stream):
+        self.rt.streamSynchronize(stream)
+
+    def event_record(self, event, stream):
+        self.rt.eventRecord(event, stream)
+
+    def event_sync(self, event):
+        self.rt.eventSynchronize(event)
+
+    def event_query(self, event):
+        return self.rt.eventQuery(event)
+
+    def stream_wait_event(self, stream, event, flags):
+        self.rt.streamWaitEvent(stream, event, flags)
+
+    def pointer_attr(self, attr, ptr):
+        # the memory type: 1 host (page-locked), 2 device; a range's start and size only
+        # when the stand-in offers pointerGetRange(ptr) -> (start, size) (CuPy's Python
+        # API has no such call: callers then skip what needs it)
+        if attr == ATTR_RANGE_START or attr == ATTR_RANGE_SIZE:
+            get_range = getattr(self.rt, "pointerGetRange", None)
+            if get_range is None:
+                return None
+            start, size = get_range(ptr)
+            return start if attr == ATTR_RANGE_START else size
+        if attr != ATTR_MEMORY_TYPE:
+            return None
+        kind = self.rt.pointerGetAttributes(ptr).type
+        return kind if kind == 1 or kind == 2 else None
+
+
+cdef int _shim_failed(BaseException exc) noexcept:
+    # Kept without its traceback: the traceback's frames would keep the caller's locals
+    # (tensors, device memory) alive for as long as the exception is kept.
+    _shim_errors.exc = exc.with_traceback(None)
+    return SHIM_FAILED
+
+
+cdef int _shim(str name, tuple args, intptr_t* out) noexcept:
+    """``_py.name(*args)`` (the GIL held), its result into ``out`` when given: 0; 1 when
+    the result is None and a value was wanted; SHIM_FAILED with the exception kept."""
+    try:
+        result = getattr(_py, name)(*args)
+        if out != NULL:
+            if result is None:
+                return 1
+            out[0] = result
+        return 0
+    except BaseException as exc:
+        return _shim_failed(exc)
+
+
+cdef int _shim_ctx_get(void** ctx) noexcept nogil:
+    cdef intptr_t v = 0
+    cdef int rc
+    with gil:
+        rc = _shim("ctx_get", (), &v)
+    ctx[0] = <void*>v
+    return rc
+
+
+cdef int _shim_ctx_set(void* ctx) noexcept nogil:
+    with gil:
+        return _shim("ctx_set", (<intptr_t>ctx,), NULL)
+
+
+cdef int _shim_ctx_device(int* dev) noexcept nogil:
+    cdef intptr_t v = 0
+    cdef int rc
+    with gil:
+        rc = _shim("ctx_device", (), &v)
+    dev[0] = <int>v
+    return rc
+
+
+cdef int _shim_primary(void** ctx, int dev) noexcept nogil:
+    cdef intptr_t v = 0
+    cdef int rc
+    with gil:
+        rc = _shim("primary", (dev,), &v)
+    ctx[0] = <void*>v
+    return rc
+
+
+cdef int _shim_htod(unsigned long long dst, const void* src, size_t n, void* s) noexcept nogil:
+    with gil:
+        return _shim("htod", (dst, <uintptr_t>src, n, <intptr_t>s), NULL)
+
+
+cdef int _shim_dtoh(void* dst, unsigned long long src, size_t n, void* s) noexcept nogil:
+    with gil:
+        return _shim("dtoh", (<uintptr_t>dst, src, n, <intptr_t>s), NULL)
+
+
+cdef int _shim_dtod(unsigned long long dst, unsigned long long src, size_t n,
+                    void* s) noexcept nogil:
+    with gil:
+        return _shim("dtod", (dst, src, n, <intptr_t>s), NULL)
+
+
+cdef int _shim_stream_sync(void* s) noexcept nogil:
+    with gil:
+        return _shim("stream_sync", (<intptr_t>s,), NULL)
+
+
+cdef int _shim_event_record(void* e, void* s) noexcept nogil:
+    with gil:
+        return _shim("event_record", (<intptr_t>e, <intptr_t>s), NULL)
+
+
+cdef int _shim_event_sync(void* e) noexcept nogil:
+    with gil:
+        return _shim("event_sync", (<intptr_t>e,), NULL)
+
+
+cdef int _shim_event_query(void* e) noexcept nogil:
+    cdef intptr_t v = 0
+    cdef int rc
+    with gil:
+        rc = _shim("event_query", (<intptr_t>e,), &v)
+    return <int>v if rc == 0 else rc
+
+
+cdef int _shim_stream_wait_event(void* s, void* e, unsigned int flags) noexcept nogil:
+    with gil:
+        return _shim("stream_wait_event", (<intptr_t>s, <intptr_t>e, flags), NULL)
+
+
+cdef int _shim_pointer_attr(void* out, int attr, unsigned long long ptr) noexcept nogil:
+    cdef intptr_t v = 0
+    cdef int rc
+    with gil:
+        rc = _shim("pointer_attr", (attr, ptr), &v)
+    if rc == 0:
+        if attr == ATTR_MEMORY_TYPE:
+            (<unsigned int*>out)[0] = <unsigned int>v
+        else:
+            (<unsigned long long*>out)[0] = <unsigned long long>v
+    return rc
+
+
+cdef void _use_shims() noexcept:
+    api.ctx_get = _shim_ctx_get
+    api.ctx_set = _shim_ctx_set
+    api.ctx_device = _shim_ctx_device
+    api.primary = _shim_primary
+    api.htod = _shim_htod
+    api.dtoh = _shim_dtoh
+    api.dtod = _shim_dtod
+    api.stream_sync = _shim_stream_sync
+    api.event_record = _shim_event_record
+    api.event_sync = _shim_event_sync
+    api.event_query = _shim_event_query
+    api.stream_wait_event = _shim_stream_wait_event
+    api.pointer_attr = _shim_pointer_attr
+    api.launch = NULL
+    api.driver = False
+
+
+_use_shims()
+
+
+# ------------------------------------------------------------------ errors
+
+cdef str _cu_message(int rc):
+    """What failed, for an error message: the shim's exception or the driver's error name."""
+    cdef const char* name = NULL
+    if rc == SHIM_FAILED:
+        exc = getattr(_shim_errors, "exc", None)
+        if exc is not None:
+            return str(exc)
+    if api.driver and _cuGetErrorName != NULL and _cuGetErrorName(rc, &name) == 0 and name != NULL:
+        return f"{name.decode('ascii', 'replace')} ({rc})"
+    return f"CUDA error {rc}"
+
+
+cdef int c_cuda_failed(int rc, str what) except -1:
+    """Raise EtError(Error.Internal) for the failed call ``what`` (chained to a shim's
+    exception; a KeyboardInterrupt caught in a shim is raised as itself)."""
+    cdef object cause = None
+    if rc == SHIM_FAILED:
+        cause = getattr(_shim_errors, "exc", None)
+        _shim_errors.exc = None
+    msg = f"{what} failed: {_cu_message(rc) if cause is None else cause}"
+    if cause is not None and not isinstance(cause, Exception):
+        raise cause
+    raise EtError(msg, Error.Internal) from cause
+
+
+cdef int c_check(int rc, str what) except -1:
+    if rc != 0:
+        c_cuda_failed(rc, what)
+    return 0
+
+
+# ------------------------------------------------------------------ devices and contexts
+
+cdef void* _context_of(int dev) except NULL:
+    """``dev``'s primary context, retained on first use (which initialises it)."""
+    cdef void* ctx = _primary_ctx[dev]
+    cdef int rc
+    if ctx == NULL:
+        rc = api.primary(&ctx, dev)
+        if rc != 0 or ctx == NULL:
+            c_cuda_failed(rc if rc != 0 else 201, f"making cuda:{dev}'s context")
+        _primary_ctx[dev] = ctx
+    return ctx
+
+
+cdef int c_enter_device(int dev, DeviceGuard* guard) except -1:
+    """Make ``dev``'s primary context current; ``guard`` records what to restore.
+
+    ``dev`` is a device index checked by :func:`c_resolve_device`. When no context
+    was current, none is current again after :func:`c_exit_device`.
+    """
+    cdef void* ctx
+    guard.prev = NULL
+    guard.switched = False
+    ctx = _context_of(dev)
+    c_check(api.ctx_get(&guard.prev), "cuCtxGetCurrent")
+    if guard.prev != ctx:
+        c_check(api.ctx_set(ctx), f"making cuda:{dev} current")
+        guard.switched = True
+    return 0
+
+
+cdef int c_exit_device(DeviceGuard* guard) except -1:
+    if guard.switched:
+        guard.switched = False
+        c_check(api.ctx_set(guard.prev), "restoring the caller's CUDA context")
+    return 0
+
+
+cdef int _ndev = -1          # CUDA devices, read once per backend
+
+
+cdef int c_device_count() except -1:
+    global _ndev
+    if _ndev < 0:
+        rt = c_runtime()
+        try:
+            n = rt.getDeviceCount()
+        except _CudaError as exc:
+            raise EtError(f"counting CUDA devices failed: {exc}", Error.Internal) from exc
+        _ndev = min(n, _MAX_DEVICES)
+    return _ndev
+
+
+cdef int _current_device() except -1:
+    """The CUDA device of the calling thread (that of its current context, else CuPy's)."""
+    cdef void* ctx = NULL
+    cdef int dev = 0
+    if api.ctx_get(&ctx) == 0 and ctx != NULL and api.ctx_device(&dev) == 0:
+        return dev
+    return c_runtime().getDevice()
+
+
+cdef int c_resolve_device(object index, str argname) except -2:
+    """The one device resolver: ``index`` (an int, -1 = the current device) checked and
+    made concrete, 0..device count-1. The caller has checked :func:`c_check_usable`."""
+    cdef int n
+    cdef int i
+    if type(index) is int and 0 <= <object>index < _ndev:
+        return <int>index
+    i = <int>c_int_arg(index, argname, -1, 127)
+    if i == -1:
+        c_runtime()
+        return _current_device()
+    n = c_device_count()
+    if i >= n:
+        raise_error(Error.InvalidArgument, f"{argname}={i}: there are {n} CUDA device(s)")
+    return i
+
+
+def _resolve_device(index, argname="device"):
+    """:func:`c_resolve_device` for Python callers (checks fork state first)."""
+    c_check_usable("CUDA")
+    return c_resolve_device(index, argname)
+
+
+# ------------------------------------------------------------------ pointers
+
+cdef int c_pointer_attr(void* out, int attr, uintptr_t address) except? -1:
+    """cuPointerGetAttribute, for callers to whom a failure is an answer (memory CUDA
+    does not know): its return code, except that a KeyboardInterrupt (or the like)
+    caught in a shim is raised, not taken for that answer."""
+    cdef int rc = api.pointer_attr(out, attr, address)
+    if rc == SHIM_FAILED:
+        exc = getattr(_shim_errors, "exc", None)
+        _shim_errors.exc = None
+        if exc is not None and not isinstance(exc, Exception):
+            raise exc
+    return rc
+
+
+cdef bint c_is_page_locked(uintptr_t address) except -1:
+    cdef unsigned int kind = 0
+    if c_pointer_attr(&kind, ATTR_MEMORY_TYPE, address) != 0:
+        return False              # memory CUDA does not know: pageable
+    return kind == MEMORY_TYPE_HOST
+
+
+cdef uintptr_t c_range_start(uintptr_t address) except? 0:
+    """Start of the allocation holding ``address``, or 0 when the driver cannot say."""
+    cdef unsigned long long start = 0
+    if c_pointer_attr(&start, ATTR_RANGE_START, address) != 0:
+        return 0
+    return <uintptr_t>start
+
+
+cdef int c_check_device_range(uintptr_t address, int64_t nbytes, str argname) except -1:
+    """Refuse a copy that would run past the end of the device allocation holding
+    ``address`` (asked of the driver), before any byte is read or written."""
+    cdef unsigned long long start = 0, size = 0
+    if c_pointer_attr(&start, ATTR_RANGE_START, address) != 0:
+        return 0              # not an allocation the driver can describe: leave it to CUDA
+    if c_pointer_attr(&size, ATTR_RANGE_SIZE, address) != 0 or size == 0:
+        return 0
+    if address < start or <uint64_t>nbytes > size - (address - start):
+        raise_error(Error.InvalidArgument,
+                    f"nbytes={nbytes}: {argname}={address:#x} is {address - start} bytes into a "
+                    f"device allocation of {size} bytes, so the copy would run past its end")
+    return 0
+
+
+def pointer_device(ptr):
+    """``(kind, device)`` of address ``ptr``: kind 'host' (page-locked host memory),
+    'device' or 'managed' with the owning device index; InvalidArgumentError for
+    memory CUDA does not know. For etptr.from_cuda_array_interface."""
+    c_check_usable("finding the device of a pointer")
+    rt = c_runtime()
+    try:
+        attrs = rt.pointerGetAttributes(ptr)
+    except Exception as exc:
+        raise_error(Error.InvalidArgument,
+                    f"data=0x{ptr:x}: the CUDA runtime does not know this pointer ({exc})")
+    kind = int(attrs.type)
+    if kind == 1:
+        return "host", -1
+    if kind == 2 or kind == 3:
+        return ("device" if kind == 2 else "managed"), int(attrs.device)
+    raise_error(Error.InvalidArgument,
+                f"data=0x{ptr:x} is not CUDA memory (cudaPointerGetAttributes type {kind})")
+
+
+def current_device():
+    """The calling thread's current CUDA device index."""
+    c_check_usable("CUDA")
+    c_runtime()
+    return _current_device()
+
+
+def synchronize_stream(stream):
+    """Wait for the work queued on ``stream`` (a handle or stream object)."""
+    c_check_usable("waiting for a CUDA stream")
+    cdef intptr_t h = c_stream_handle(stream)
+    cdef int rc
+    c_runtime()
+    with nogil:
+        rc = api.stream_sync(<void*>h)
+    c_check(rc, f"synchronizing stream {h:#x}")
+
+
+cdef dict _zero_size = {}      # device -> a small allocation kept for the process's life
+
+
+def zero_size_address(dev):
+    """A valid device address on ``dev`` for exports of zero-size tensors (never read)."""
+    cdef DeviceGuard guard
+    found = _zero_size.get(dev)
+    if found is not None:
+        return found.ptr
+    c_check_usable("CUDA")
+    d = c_resolve_device(dev, "device")
+    rt = c_runtime()
+    c_enter_device(d, &guard)
+    try:
+        mem = _cp.cuda.memory.alloc(256)
+    finally:
+        c_exit_device(&guard)
+    _zero_size.setdefault(d, mem)
+    return _zero_size[d].ptr
+
+
+# ------------------------------------------------------------------ streams and events
+
+_MAX_HANDLE = (1 << 63) - 1
+
+
+cdef intptr_t c_stream_handle(object stream) except? -1:
+    """A raw cudaStream_t from an int, a ``__cuda_stream__`` object, or ``.ptr``/``.cuda_stream``."""
+    h = None
+    if isinstance(stream, bool):
+        h = None
+    elif hasattr(stream, "__index__"):
+        h = stream.__index__()
+    else:
+        proto = getattr(stream, "__cuda_stream__", None)
+        if proto is not None:
+            pair = proto()
+            if isinstance(pair, tuple) and len(pair) == 2 and hasattr(pair[1], "__index__"):
+                h = pair[1].__index__()
+            else:
+                raise_error(Error.InvalidType,
+                            f"stream={stream!r:.80}: __cuda_stream__() returned {pair!r:.80}, not "
+                            f"(version, handle)")
+        else:
+            for attr in ("ptr", "cuda_stream"):
+                v = getattr(stream, attr, None)
+                if isinstance(v, int) and not isinstance(v, bool):
+                    h = v
+                    break
+    if h is None:
+        raise_error(Error.InvalidType,
+                    f"stream={stream!r:.80}: expected a CUDA stream (an int handle, an object with "
+                    f"__cuda_stream__, or a CuPy/PyTorch stream)")
+    if not 0 <= h <= _MAX_HANDLE:
+        raise_error(Error.InvalidArgument, f"stream={h}: not a stream handle (a pointer, >= 0)")
+    return h
+
+
+cdef intptr_t c_current_stream() except? -1:
+    """CuPy's current stream on the current device (0: the legacy default stream)."""
+    return _cp.cuda.get_current_stream().ptr
+
+
+cdef intptr_t c_event_create() except? 0:
+    """A timing-free CUDA event on the current device."""
+    try:
+        return _rt.eventCreateWithFlags(_EVENT_DISABLE_TIMING)
+    except _CudaError as exc:
+        raise EtError(f"creating a CUDA event failed: {exc}", Error.Internal) from exc
+
+
+cdef int c_event_destroy(intptr_t event) except -1:
+    try:
+        _rt.eventDestroy(event)
+    except _CudaError as exc:
+        raise EtError(f"destroying a CUDA event failed: {exc}", Error.Internal) from exc
+    return 0
+
+
+cdef intptr_t c_stream_create() except? 0:
+    """A blocking CUDA stream on the current device (ordered after the legacy default stream)."""
+    try:
+        return _rt.streamCreateWithFlags(0)
+    except _CudaError as exc:
+        raise EtError(f"creating a CUDA stream failed: {exc}", Error.Internal) from exc
+
+
+cdef int c_stream_destroy(intptr_t stream) except -1:
+    try:
+        _rt.streamDestroy(stream)
+    except _CudaError as exc:
+        raise EtError(f"destroying a CUDA stream failed: {exc}", Error.Internal) from exc
+    return 0
+
+
+# ------------------------------------------------------------------ page-locked memory
+
+cdef uintptr_t c_host_alloc(int64_t nbytes) except? 0:
+    """``nbytes`` of page-locked host memory (cudaHostAlloc, portable) under the current
+    context; MemoryAllocationError when CUDA cannot pin it."""
+    try:
+        return _rt.hostAlloc(nbytes, _HOST_ALLOC_PORTABLE)
+    except _CudaError as exc:
+        raise_error(Error.MemoryAllocationFailed,
+                    f"could not pin {nbytes} bytes of host memory: {exc}")
+
+
+cdef int c_host_free(uintptr_t ptr) except -1:
+    try:
+        _rt.freeHost(ptr)
+    except _CudaError as exc:
+        raise EtError(f"freeing a page-locked block at {ptr:#x} failed: {exc}",
+                      Error.Internal) from exc
+    return 0
+
+
+# ------------------------------------------------------------------ fork handlers
+
+def _before_fork():
+    """os.register_at_fork(before=...): note CUDA initialised outside etptr (through CuPy).
+
+    Before cuInit every driver call returns CUDA_ERROR_NOT_INITIALIZED, so a
+    successful cuCtxGetCurrent (which initialises nothing) means the driver
+    is initialised in this process.
+    """
+    if _cuda_initialised:
+        return
+    cupy = sys.modules.get("cupy")
+    if cupy is None:
+        return
+    try:
+        cupy.cuda.driver.ctxGetCurrent()
+    except Exception:
+        return        # not initialised, or no usable driver
+    _note_init()
+
+
+def _after_fork_in_child():
+    """os.register_at_fork(after_in_child=...): see "Fork" above."""
+    global _forked_after_init
+    if not _cuda_initialised or _forked_after_init:
+        return
+    _forked_after_init = True
+    for callback in _fork_callbacks:
+        callback()
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
