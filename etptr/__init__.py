@@ -82,10 +82,12 @@ from etptr._core._tensor_ptr_maker import (
     zeros,
     zeros_like,
 )
+from etptr.checkpoint import CheckpointError, load_safetensors, save_safetensors
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
     "DEFAULT_ALIGNMENT",
     "Device",
     "DeviceAllocator",
@@ -121,6 +123,7 @@ __all__ = [
     "full_like",
     "full_strided",
     "get_device_allocator",
+    "load_safetensors",
     "make_tensor_ptr",
     "manual_seed",
     "ones",
@@ -136,6 +139,7 @@ __all__ = [
     "randn_strided",
     "register_device_allocator",
     "resize_tensor_ptr",
+    "save_safetensors",
     "scalar_tensor",
     "scalar_type_from_numpy",
     "scalar_type_to_numpy",
