@@ -30,7 +30,8 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
     device : Device
         A non-CPU device; its allocator comes from the registry.
     progress : callable(done_bytes, total_bytes) or None
-        Called as bytes arrive, the last time with ``done == total``.
+        Called as bytes arrive, the last time with ``done == total``; once
+        with ``(0, 0)`` when no tensor holds bytes.
 
     Returns
     -------
@@ -54,9 +55,10 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
         mapped = map_file(f)
         for t in f.tensors:
             out[t.name] = clone_tensor_ptr_to(host_view(f, t, mapped), device)
-            done += t.nbytes
-            if progress is not None:
-                progress(done, total)
+            if t.nbytes:
+                done += t.nbytes
+                if progress is not None:
+                    progress(done, total)
         del mapped
     if progress is not None and done == 0:
         progress(0, total)

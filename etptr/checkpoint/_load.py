@@ -32,9 +32,12 @@ def _load_mapped(plan: CheckpointPlan, progress: Progress | None) -> dict[str, T
         mapped = map_file(f)
         for t in f.tensors:
             out[t.name] = host_view(f, t, mapped)
-        done += f.nbytes
-        if progress is not None:
-            progress(done, total)
+        if f.nbytes:
+            done += f.nbytes
+            if progress is not None:
+                progress(done, total)
+    if progress is not None and done == 0:
+        progress(0, total)
     return out
 
 
