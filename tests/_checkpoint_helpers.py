@@ -64,7 +64,7 @@ def reference_serialize(arrays, metadata=None):
     """File bytes written by the safetensors library itself (any supported dtype)."""
     from safetensors import TensorSpec, serialize
 
-    keep = {k: np.ascontiguousarray(a) for k, a in arrays.items()}
+    keep = {k: np.array(a, order="C", copy=True) for k, a in arrays.items()}
     specs = {k: TensorSpec(dtype=SPEC_NAMES[code_of(a.dtype)], shape=list(a.shape),
                            data_ptr=a.ctypes.data, data_len=a.nbytes)
              for k, a in keep.items()}
