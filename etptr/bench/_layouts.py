@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from etptr._core._scalar_type import ScalarType
 from etptr._core._tensor_ptr import TensorPtr, make_tensor_ptr
@@ -120,7 +122,7 @@ LAYOUTS: dict[str, ModelLayout] = {
 }
 
 
-def _random_bf16(nbytes: int, seed: int) -> np.ndarray:
+def _random_bf16(nbytes: int, seed: int) -> npt.NDArray[np.uint8]:
     """``nbytes`` bytes of random, finite bf16 values in (-2, 2), made in large pieces."""
     out = np.empty(nbytes, dtype=np.uint8)
     gen = np.random.SFC64(seed)
@@ -174,7 +176,7 @@ def write_layout(name: str | ModelLayout, directory: str | os.PathLike[str], *,
     except OSError as exc:
         raise CheckpointError(f"directory {str(folder)!r} cannot be created "
                               f"({exc.strerror or exc})") from None
-    data = _random_bf16(layout.nbytes, seed)
+    data: Any = _random_bf16(layout.nbytes, seed)
     tensors: dict[str, TensorPtr] = {}
     offset = 0
     for tensor_name, shape in layout.shapes:
