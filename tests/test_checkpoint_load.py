@@ -202,6 +202,8 @@ def test_pinned_needs_a_cuda_allocator(tmp_path, count_maps):
     path, _ = _reference_file(tmp_path, "F32")
     with pytest.raises(etptr.NotFoundError, match="pinned=True"):
         etptr.load_safetensors(path, "cpu", pinned=True)
+    with pytest.raises(etptr.NotFoundError, match="pinned=True"):
+        etptr.load_safetensors(path, "cpu", pinned=True, names=[])
     assert count_maps == []
 
 

@@ -2,7 +2,8 @@
 
 One ``mmap`` per file, read-only; a tensor made here aliases the mapped
 pages (no copy) and keeps the map alive, so the file's memory stays mapped
-for as long as any of its tensors lives.
+(and the map holds one file descriptor) for as long as any of its tensors
+lives.
 """
 from __future__ import annotations
 

@@ -45,6 +45,8 @@ def _load_pinned(plan: CheckpointPlan, progress: Progress | None) -> dict[str, T
     layouts = [layout_file(f) for f in plan.files]
     # every block first: a missing CUDA allocator fails before any file is mapped
     blocks = [empty([lay.nbytes], ScalarType.Byte, pinned=True) for lay in layouts]
+    if not blocks:
+        empty([0], ScalarType.Byte, pinned=True)   # the same NotFoundError for an empty load
     out: dict[str, TensorPtr] = {}
     total = plan.nbytes
     done = 0
