@@ -79,10 +79,12 @@ from etptr._core._tensor_ptr_maker import (
     zeros,
     zeros_like,
 )
+from etptr.checkpoint import CheckpointError, load_safetensors, save_safetensors
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointError",
     "DEFAULT_ALIGNMENT",
     "Device",
     "DeviceAllocator",
@@ -118,6 +120,7 @@ __all__ = [
     "full_like",
     "full_strided",
     "get_device_allocator",
+    "load_safetensors",
     "make_tensor_ptr",
     "manual_seed",
     "ones",
@@ -133,6 +136,7 @@ __all__ = [
     "randn_strided",
     "register_device_allocator",
     "resize_tensor_ptr",
+    "save_safetensors",
     "scalar_tensor",
     "scalar_type_from_numpy",
     "scalar_type_to_numpy",

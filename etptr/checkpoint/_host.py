@@ -1,0 +1,72 @@
+"""Read-only maps of checkpoint files, and tensors that view them.
+
+One ``mmap`` per file, read-only; a tensor made here aliases the mapped
+pages (no copy) and keeps the map alive, so the file's memory stays mapped
+(and the map holds one file descriptor) for as long as any of its tensors
+lives.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Any
+
+import numpy as np
+
+from etptr._core._tensor_ptr import TensorPtr, make_tensor_ptr
+from etptr.checkpoint._errors import CheckpointError
+from etptr.checkpoint._format import FilePlan, TensorEntry
+
+__all__ = ["host_view", "map_file"]
+
+# What zero-size tensors alias: a valid, read-only, empty buffer.
+_EMPTY = np.empty(0, dtype=np.uint8)
+_EMPTY.flags.writeable = False
+
+
+def map_file(plan: FilePlan) -> memoryview | None:
+    """A read-only memoryview of the whole file, mapped; None when the plan's
+    tensors hold no bytes (nothing needs mapping).
+
+    Raises
+    ------
+    CheckpointError
+        The file cannot be opened or mapped, or its size is not the one its
+        header was checked against (it changed in between).
+    """
+    if not any(t.nbytes for t in plan.tensors):
+        return None
+    try:
+        fd = os.open(plan.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CheckpointError(f"{plan.path}: cannot be opened ({exc.strerror or exc})") from None
+    try:
+        size = os.fstat(fd).st_size
+        if size != plan.file_size:
+            raise CheckpointError(f"{plan.path}: is {size} bytes now, {plan.file_size} when its "
+                                  f"header was read: the file changed")
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise CheckpointError(f"{plan.path}: cannot be mapped ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    return memoryview(mm)
+
+
+def host_view(plan: FilePlan, entry: TensorEntry, mapped: memoryview | None) -> TensorPtr:
+    """A read-only CPU tensor viewing ``entry``'s bytes in the mapped file,
+    with the header's shape and ScalarType; it keeps the map alive.
+
+    Parameters
+    ----------
+    plan : FilePlan
+    entry : TensorEntry, one of ``plan.tensors``
+    mapped : memoryview from :func:`map_file`; may be None when
+        ``entry.nbytes == 0``.
+    """
+    if entry.nbytes == 0 or mapped is None:
+        data: Any = _EMPTY
+    else:
+        start = plan.data_offset + entry.begin
+        data = mapped[start:start + entry.nbytes]
+    return make_tensor_ptr(list(entry.shape), data, type=entry.scalar_type)

@@ -1,0 +1,246 @@
+"""``save_safetensors``: TensorPtrs (CPU or device) into a safetensors file, atomically.
+
+Everything is checked before the first byte moves. The file is written
+under a temporary name in the target directory, synced, and renamed over
+the target only once complete: a failure at any point removes the
+temporary file and leaves the target as it was.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from etptr._core._device_allocator import get_device_allocator
+from etptr._core._error import NotFoundError
+from etptr._core._tensor_ptr import TensorPtr
+from etptr.checkpoint import _device
+from etptr.checkpoint._errors import CheckpointError
+from etptr.checkpoint._format import DTYPE_NAMES, MAX_HEADER_BYTES, SAFETENSORS_DTYPES, dtype_rank
+
+__all__ = ["save_safetensors"]
+
+# os.write moves at most about 2 GiB at once on Linux; write in pieces of this many bytes.
+_WRITE_PIECE = 1 << 30
+
+
+class _Item(NamedTuple):
+    name: str
+    tensor: TensorPtr
+    dtype: str
+
+
+def _check_tensors(tensors: object) -> list[_Item]:
+    if not isinstance(tensors, Mapping):
+        raise CheckpointError(f"tensors: expected a dict of name -> TensorPtr, got "
+                              f"{type(tensors).__name__}")
+    items = []
+    for name, t in tensors.items():
+        if not isinstance(name, str) or not name:
+            raise CheckpointError(f"tensors: the name {name!r} is not a non-empty str")
+        if name == "__metadata__":
+            raise CheckpointError("tensors: '__metadata__' is reserved by the format for "
+                                  "metadata; it cannot name a tensor")
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CheckpointError(f"tensors: the name {name!r} cannot be encoded as UTF-8") \
+                from None
+        if not isinstance(t, TensorPtr):
+            raise CheckpointError(f"tensor {name!r}: expected an etptr.TensorPtr, got "
+                                  f"{type(t).__name__}")
+        dtype = DTYPE_NAMES.get(t.scalar_type)
+        if dtype is None:
+            raise CheckpointError(
+                f"tensor {name!r}: ScalarType.{t.scalar_type.name} has no safetensors dtype "
+                f"(supported: {', '.join(st.name for st in SAFETENSORS_DTYPES.values())})")
+        if t.nbytes and not t.data_ptr:
+            raise CheckpointError(f"tensor {name!r}: sizes {t.sizes} span {t.nbytes} bytes but "
+                                  f"its data is null")
+        if t.nbytes and not t.device.is_cpu() and get_device_allocator(t.device.type) is None:
+            raise NotFoundError(f"tensor {name!r} is on {t.device} and no allocator is "
+                                f"registered for it, so its data cannot be read")
+        items.append(_Item(name, t, dtype))
+    return items
+
+
+def _check_metadata(metadata: object) -> dict[str, str] | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, Mapping):
+        raise CheckpointError(f"metadata: expected a dict of str -> str, got "
+                              f"{type(metadata).__name__}")
+    out = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise CheckpointError(f"metadata[{key!r}] = {value!r}: keys and values must be str")
+        try:
+            key.encode("utf-8")
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CheckpointError(f"metadata[{key!r}] cannot be encoded as UTF-8") from None
+        out[key] = value
+    return out
+
+
+def _check_path(path: object) -> Path:
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str) \
+            or not os.fspath(path):
+        raise CheckpointError(f"path={path!r}: expected a non-empty str or os.PathLike path")
+    final = Path(os.fspath(path))
+    parent = final.parent
+    if not parent.is_dir():
+        raise CheckpointError(f"{final}: the directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise CheckpointError(f"{final}: the directory {str(parent)!r} is not writable")
+    if final.is_dir():
+        raise CheckpointError(f"{final}: is a directory")
+    return final
+
+
+def _header(order: list[_Item], metadata: dict[str, str] | None) -> bytes:
+    """The 8-byte length and the JSON header, padded with spaces to a multiple of 8."""
+    doc: dict[str, object] = {}
+    if metadata is not None:
+        doc["__metadata__"] = dict(sorted(metadata.items()))
+    offset = 0
+    for it in order:
+        n = it.tensor.nbytes
+        doc[it.name] = {"dtype": it.dtype, "shape": list(it.tensor.sizes),
+                        "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    if len(text) > MAX_HEADER_BYTES:
+        raise CheckpointError(f"the header would be {len(text)} bytes, over the format's limit "
+                              f"of {MAX_HEADER_BYTES}: too many tensors or too much metadata")
+    return len(text).to_bytes(8, "little") + text
+
+
+def _as_bytes(data: object, name: str, nbytes: int) -> memoryview:
+    if isinstance(data, np.ndarray):
+        view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
+    else:
+        try:
+            view = memoryview(data).cast("B")  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"tensor {name!r}: its fetched data is not one contiguous "
+                                  f"buffer ({exc})") from None
+    if view.nbytes != nbytes:
+        raise CheckpointError(f"tensor {name!r}: {view.nbytes} bytes came back for a tensor of "
+                              f"{nbytes} bytes")
+    return view
+
+
+def _tensor_bytes(it: _Item) -> memoryview:
+    """``it.tensor``'s elements in row-major order, as bytes."""
+    t = it.tensor
+    if t.device.is_cpu():
+        # a dim_order other than 0..n-1 gives a strided view; ascontiguousarray copies it
+        return _as_bytes(np.ascontiguousarray(t.numpy()), it.name, t.nbytes)
+    return _as_bytes(_device._fetch_to_host(t), it.name, t.nbytes)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    """Write every byte of ``data`` to ``fd`` (``os.write`` may write fewer)."""
+    done = 0
+    while done < data.nbytes:
+        done += os.write(fd, data[done:done + _WRITE_PIECE])
+
+
+def _create_temp(final: Path) -> tuple[int, Path]:
+    for _ in range(16):
+        tmp = final.with_name(f".{final.name[:200]}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise CheckpointError(f"{final}: cannot create a file in {str(final.parent)!r} "
+                                  f"({exc.strerror or exc})") from None
+    raise CheckpointError(f"{final}: no free temporary name in {str(final.parent)!r}")
+
+
+def _sync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:       # some file systems cannot sync a directory
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[str], *,
+                     metadata: Mapping[str, str] | None = None) -> None:
+    """Write tensors to a safetensors file that the ``safetensors`` library reads bit for bit.
+
+    Tensors are written in the order the ``safetensors`` library itself uses
+    (wider dtypes first, then by name), so every tensor's data is aligned to
+    its element size; the header is padded with spaces to a multiple of 8
+    bytes. Each tensor's elements go in row-major (C) order whatever its
+    dim_order. The file is written under a temporary name in the same
+    directory, synced, and renamed to ``path`` once complete.
+
+    Parameters
+    ----------
+    tensors : dict of str to TensorPtr
+        Names (non-empty str, not ``"__metadata__"``) -> CPU or device
+        tensors of a supported ScalarType (Double, Float, Half, BFloat16,
+        Long, Int, Short, Char, Byte, UInt16, UInt32, UInt64, Bool,
+        Float8_e4m3fn, Float8_e5m2). Device tensors are read back through
+        their allocator.
+    path : str or os.PathLike
+        The file to write; its directory must exist. An existing file is
+        replaced, only when the new one is complete.
+    metadata : dict of str to str, optional
+        Written as the header's ``__metadata__``.
+
+    Raises
+    ------
+    CheckpointError
+        Before anything is written: ``tensors`` not a dict, a bad name, a
+        value that is not a TensorPtr, an unsupported ScalarType, null data
+        for a tensor with bytes (the message names the tensor), bad
+        ``metadata``, a missing or read-only directory, ``path`` a
+        directory, a header over 100 MB. While writing: the file system
+        refuses (e.g. no space left). Nothing is left under ``path`` or a
+        temporary name.
+    NotFoundError
+        A device tensor whose device has no registered allocator.
+    """
+    items = _check_tensors(tensors)
+    meta = _check_metadata(metadata)
+    final = _check_path(path)
+    order = sorted(items, key=lambda it: (-dtype_rank(it.dtype), it.name))
+    header = _header(order, meta)
+    fd, tmp = _create_temp(final)
+    try:
+        try:
+            _write_all(fd, memoryview(header))
+            for it in order:
+                if it.tensor.nbytes:
+                    _write_all(fd, _tensor_bytes(it))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise CheckpointError(f"{final}: cannot be written ({exc.strerror or exc})") from exc
+        raise
+    _sync_dir(final.parent)

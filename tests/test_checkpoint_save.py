@@ -1,0 +1,366 @@
+"""save_safetensors: bit-for-bit with the safetensors library, checks first, atomic writes."""
+import errno
+import gc
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+import etptr
+from etptr import ScalarType
+from etptr.checkpoint import CheckpointError
+
+from _checkpoint_helpers import (
+    DTYPES, NUMPY_DTYPES, code_of, random_array, raw_bytes, reference_read, reference_serialize)
+
+SHAPES = [(3, 2), (), (0, 2), (7,), (2, 1, 3)]
+
+
+def _arrays(codes, seed=0):
+    rng = np.random.default_rng(seed)
+    return {f"{code.lower()}_{i}": random_array(code, shape, rng)
+            for code in codes for i, shape in enumerate(SHAPES)}
+
+
+def _tensors(arrays):
+    # zero-copy CPU tensors of the arrays
+    return {k: etptr.make_tensor_ptr(list(a.shape), np.array(a, order="C", copy=True),
+                                     type=DTYPES[code_of(a.dtype)][0])
+            for k, a in arrays.items()}
+
+
+def _header(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return n, f.read(n)
+
+
+def _only(directory, *names):
+    """The directory holds exactly these names: no temporary file is left behind."""
+    assert sorted(os.listdir(directory)) == sorted(names)
+
+
+# ------------------------------------------------------------------ agreement with safetensors
+
+def test_every_dtype_in_one_file_matches_the_library_byte_for_byte(tmp_path):
+    arrays = _arrays(DTYPES)
+    path = tmp_path / "all.safetensors"
+    etptr.save_safetensors(_tensors(arrays), path)
+    assert path.read_bytes() == reference_serialize(arrays)
+    read = reference_read(path)
+    for name, arr in arrays.items():
+        assert read[name] == (code_of(arr.dtype), arr.shape, raw_bytes(arr))
+    _only(tmp_path, "all.safetensors")
+
+
+@pytest.mark.parametrize("code", list(DTYPES))
+def test_round_trip_through_the_library(tmp_path, code):
+    arrays = _arrays([code], seed=7)
+    path = tmp_path / "one.safetensors"
+    etptr.save_safetensors(_tensors(arrays), str(path), metadata={"format": "pt"})
+    assert path.read_bytes() == reference_serialize(arrays, {"format": "pt"})
+    for name, (dtype, shape, data) in reference_read(path).items():
+        assert (dtype, shape, data) == (code, arrays[name].shape, raw_bytes(arrays[name]))
+    # and back through etptr's own reader
+    back = etptr.load_safetensors(path, "cpu")
+    for name, arr in arrays.items():
+        assert back[name].sizes == arr.shape
+        assert back[name].scalar_type == DTYPES[code][0]
+        assert (raw_bytes(back[name].numpy()) if arr.size else b"") == raw_bytes(arr)
+
+
+@pytest.mark.parametrize("code", NUMPY_DTYPES)
+def test_safetensors_numpy_reads_it_and_writes_the_same_bytes(tmp_path, code):
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save
+
+    arrays = _arrays([code], seed=3)
+    path = tmp_path / "np.safetensors"
+    etptr.save_safetensors(_tensors(arrays), path, metadata={"k": "v"})
+    loaded = load_file(str(path))
+    for name, arr in arrays.items():
+        assert loaded[name].dtype == arr.dtype and loaded[name].shape == arr.shape
+        assert raw_bytes(loaded[name]) == raw_bytes(arr)
+    with safe_open(str(path), framework="numpy") as f:
+        assert f.metadata() == {"k": "v"}
+    assert path.read_bytes() == save(arrays, metadata={"k": "v"})
+
+
+def test_empty_dict_and_metadata_only(tmp_path):
+    etptr.save_safetensors({}, tmp_path / "e.safetensors")
+    assert (tmp_path / "e.safetensors").read_bytes() == reference_serialize({})
+    etptr.save_safetensors({}, tmp_path / "m.safetensors", metadata={"a": "1", "b": "é\n\""})
+    n, text = _header(tmp_path / "m.safetensors")
+    assert json.loads(text) == {"__metadata__": {"a": "1", "b": "é\n\""}}
+    assert etptr.load_safetensors(tmp_path / "m.safetensors", "cpu") == {}
+
+
+def test_order_padding_and_alignment(tmp_path):
+    rng = np.random.default_rng(5)
+    arrays = {"z8": random_array("U8", (3,), rng), "a64": random_array("F64", (2,), rng),
+              "b16": random_array("BF16", (5,), rng), "a16": random_array("F16", (1,), rng),
+              "i64": random_array("I64", (1,), rng), "u64": random_array("U64", (1,), rng),
+              "c32": random_array("F32", (3,), rng), "bool": random_array("BOOL", (2,), rng)}
+    path = tmp_path / "o.safetensors"
+    etptr.save_safetensors(_tensors(arrays), path)
+    n, text = _header(path)
+    # padded with spaces (fewer than 8) to a multiple of 8
+    assert n % 8 == 0 and text.rstrip(b" ").endswith(b"}")
+    assert len(text) - len(text.rstrip(b" ")) < 8
+    header = json.loads(text)
+    # the library's order: its dtype ranking, widest first, then by name
+    assert list(header) == ["u64", "i64", "a64", "c32", "b16", "a16", "z8", "bool"]
+    for name, e in header.items():
+        esize = etptr.element_size(DTYPES[e["dtype"]][0])
+        assert (8 + n + e["data_offsets"][0]) % esize == 0
+
+
+def test_unicode_and_escaped_names(tmp_path):
+    rng = np.random.default_rng(0)
+    arrays = {name: random_array("F32", (2,), rng)
+              for name in ["é", "权重", 'quo"te', "back\\slash", "tab\t", "\x01", "B", "a"]}
+    path = tmp_path / "u.safetensors"
+    etptr.save_safetensors(_tensors(arrays), path)
+    assert path.read_bytes() == reference_serialize(arrays)
+
+
+# ------------------------------------------------------------------ layouts and devices
+
+def test_non_default_dim_order_is_written_row_major(tmp_path):
+    data = np.arange(6, dtype=np.float32)
+    t = etptr.make_tensor_ptr([2, 3], data, dim_order=[1, 0])
+    assert t.strides == (1, 2)
+    expected = np.ascontiguousarray(t.numpy())
+    etptr.save_safetensors({"t": t}, tmp_path / "d.safetensors")
+    (dtype, shape, raw), = reference_read(tmp_path / "d.safetensors").values()
+    assert (dtype, shape) == ("F32", (2, 3))
+    assert raw == expected.tobytes() and raw != data.tobytes()
+
+
+def test_device_tensors(tmp_path, host_alloc, monkeypatch):
+    arrays = _arrays(["BF16", "I16", "BOOL"], seed=11)
+    on_device = {k: etptr.clone_tensor_ptr_to(t, "cuda:0") for k, t in _tensors(arrays).items()}
+    transposed = etptr.clone_tensor_ptr_to(
+        etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64), dim_order=[1, 0]), "cuda:0")
+    fetched = []
+    real = etptr.checkpoint._device._fetch_to_host
+
+    def spy(tensor):
+        fetched.append(tensor.sizes)
+        return real(tensor)
+
+    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_to_host", spy)
+    path = tmp_path / "dev.safetensors"
+    etptr.save_safetensors(on_device | {"transposed": transposed}, path)
+    expected = arrays | {"transposed": np.arange(6, dtype=np.int64).reshape(3, 2).T}
+    read = reference_read(path)
+    for name, arr in expected.items():
+        assert read[name] == (code_of(arr.dtype), arr.shape, raw_bytes(arr))
+    assert len(fetched) == sum(1 for a in expected.values() if a.size)   # not for empty ones
+
+
+def test_zero_size_tensor_with_null_data(tmp_path):
+    t = etptr.make_tensor_ptr([0, 3], None, type=ScalarType.Half)
+    assert t.data_ptr == 0
+    etptr.save_safetensors({"t": t}, tmp_path / "z.safetensors")
+    assert reference_read(tmp_path / "z.safetensors") == {"t": ("F16", (0, 3), b"")}
+
+
+def test_existing_file_is_replaced(tmp_path):
+    path = tmp_path / "r.safetensors"
+    path.write_bytes(b"old")
+    etptr.save_safetensors({"a": etptr.ones([2])}, path)
+    assert reference_read(path)["a"][2] == np.ones(2, np.float32).tobytes()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
+    _only(tmp_path, "r.safetensors")
+
+
+# ------------------------------------------------------------------ checks before writing
+
+_GOOD = etptr.ones([2])
+
+
+@pytest.mark.parametrize("tensors, fragment", [
+    ([("a", _GOOD)], "expected a dict"),
+    ({3: _GOOD}, "the name 3 is not a non-empty str"),
+    ({"": _GOOD}, "the name '' is not a non-empty str"),
+    ({"__metadata__": _GOOD}, "'__metadata__' is reserved"),
+    ({"bad\udc80": _GOOD}, "cannot be encoded as UTF-8"),
+    ({"ok": _GOOD, "arr": np.ones(2)}, "tensor 'arr': expected an etptr.TensorPtr, got ndarray"),
+    ({"c": etptr.make_tensor_ptr([1], bytes(8), type=ScalarType.ComplexFloat)},
+     "tensor 'c': ScalarType.ComplexFloat has no safetensors dtype"),
+    ({"q": etptr.make_tensor_ptr([1], bytes(1), type=ScalarType.QInt8)},
+     "tensor 'q': ScalarType.QInt8"),
+    ({"n": etptr.make_tensor_ptr([2], None, type=ScalarType.Float)},
+     "tensor 'n': sizes (2,) span 8 bytes but its data is null"),
+])
+def test_bad_tensors(tmp_path, tensors, fragment):
+    with pytest.raises(CheckpointError) as info:
+        etptr.save_safetensors(tensors, tmp_path / "x.safetensors")
+    assert fragment in str(info.value)
+    _only(tmp_path)
+
+
+@pytest.mark.parametrize("metadata, fragment", [
+    (["a"], "metadata: expected a dict"),
+    ({"a": 1}, "metadata['a'] = 1"),
+    ({1: "a"}, "metadata[1]"),
+    ({"a": None}, "metadata['a'] = None"),
+    ({"a": "\ud800"}, "cannot be encoded as UTF-8"),
+])
+def test_bad_metadata(tmp_path, metadata, fragment):
+    with pytest.raises(CheckpointError) as info:
+        etptr.save_safetensors({"a": _GOOD}, tmp_path / "x.safetensors", metadata=metadata)
+    assert fragment in str(info.value)
+    _only(tmp_path)
+
+
+def test_bad_paths(tmp_path):
+    with pytest.raises(CheckpointError, match="does not exist"):
+        etptr.save_safetensors({"a": _GOOD}, tmp_path / "no" / "x.safetensors")
+    (tmp_path / "d.safetensors").mkdir()
+    with pytest.raises(CheckpointError, match="is a directory"):
+        etptr.save_safetensors({"a": _GOOD}, tmp_path / "d.safetensors")
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(CheckpointError, match="does not exist"):
+        etptr.save_safetensors({"a": _GOOD}, tmp_path / "file" / "x.safetensors")
+    for bad in (b"x.safetensors", 3, "", None):
+        with pytest.raises(CheckpointError, match="path="):
+            etptr.save_safetensors({"a": _GOOD}, bad)
+    _only(tmp_path, "d.safetensors", "file")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a read-only directory")
+def test_read_only_directory(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(CheckpointError, match="is not writable"):
+            etptr.save_safetensors({"a": _GOOD}, ro / "x.safetensors")
+        assert os.listdir(ro) == []
+    finally:
+        ro.chmod(0o755)
+
+
+def test_device_tensor_whose_allocator_is_gone(tmp_path):
+    alloc = etptr.testing.HostDeviceAllocator()
+    with etptr.testing.use_allocator(alloc):
+        t = etptr.clone_tensor_ptr_to(_GOOD, "cuda:0")
+    if etptr.get_device_allocator("cuda") is not None:
+        pytest.skip("another CUDA allocator is registered")
+    with pytest.raises(etptr.NotFoundError, match="tensor 't' is on cuda:0"):
+        etptr.save_safetensors({"ok": _GOOD, "t": t}, tmp_path / "x.safetensors")
+    _only(tmp_path)
+
+
+def test_header_over_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(etptr.checkpoint._save, "MAX_HEADER_BYTES", 64)
+    with pytest.raises(CheckpointError, match="over the format's limit of 64"):
+        etptr.save_safetensors({f"t{i}": _GOOD for i in range(5)}, tmp_path / "x.safetensors")
+    _only(tmp_path)
+
+
+# ------------------------------------------------------------------ failures while writing
+
+def _old_file(tmp_path):
+    path = tmp_path / "ckpt.safetensors"
+    path.write_bytes(b"the previous checkpoint")
+    return path
+
+
+def test_fetch_failing_part_way_leaves_nothing(tmp_path, host_alloc, monkeypatch):
+    tensors = {f"t{i}": etptr.clone_tensor_ptr_to(etptr.full([64], float(i)), "cuda:0")
+               for i in range(4)}
+    calls = []
+    real = etptr.checkpoint._device._fetch_to_host
+
+    def flaky(tensor):
+        calls.append(1)
+        if len(calls) == 3:
+            raise etptr.MemoryAllocationError("the device went away")
+        return real(tensor)
+
+    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_to_host", flaky)
+    path = _old_file(tmp_path)
+    with pytest.raises(etptr.MemoryAllocationError, match="went away"):
+        etptr.save_safetensors(tensors, path)
+    assert len(calls) == 3
+    assert path.read_bytes() == b"the previous checkpoint"
+    _only(tmp_path, "ckpt.safetensors")
+
+
+def test_fetch_returning_the_wrong_size(tmp_path, host_alloc, monkeypatch):
+    t = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
+    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_to_host", lambda t: np.zeros(3, np.uint8))
+    with pytest.raises(CheckpointError, match="tensor 't': 3 bytes came back for a tensor of 16"):
+        etptr.save_safetensors({"t": t}, tmp_path / "x.safetensors")
+    _only(tmp_path)
+
+
+def test_fetch_returning_a_buffer(tmp_path, host_alloc, monkeypatch):
+    t = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
+    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_to_host",
+                        lambda t: bytearray(np.full(4, 2.0, np.float32).tobytes()))
+    etptr.save_safetensors({"t": t}, tmp_path / "x.safetensors")
+    assert reference_read(tmp_path / "x.safetensors")["t"][2] == np.full(4, 2.0, np.float32).tobytes()
+
+
+def test_disk_full_part_way_leaves_nothing(tmp_path, monkeypatch):
+    writes = []
+    real = etptr.checkpoint._save._write_all
+
+    def full_after_two(fd, data):
+        writes.append(data.nbytes)
+        if len(writes) > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd, data)
+
+    monkeypatch.setattr(etptr.checkpoint._save, "_write_all", full_after_two)
+    path = _old_file(tmp_path)
+    tensors = {f"t{i}": etptr.full([1000], 1.0) for i in range(4)}
+    with pytest.raises(CheckpointError, match="cannot be written .No space left on device") as info:
+        etptr.save_safetensors(tensors, path)
+    assert isinstance(info.value.__cause__, OSError)
+    assert path.read_bytes() == b"the previous checkpoint"
+    _only(tmp_path, "ckpt.safetensors")
+
+
+def test_interrupt_part_way_leaves_nothing(tmp_path, monkeypatch):
+    def interrupted(fd, data):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(etptr.checkpoint._save, "_write_all", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        etptr.save_safetensors({"a": _GOOD}, tmp_path / "x.safetensors")
+    _only(tmp_path)
+
+
+def test_rename_failing_leaves_nothing(tmp_path, monkeypatch):
+    def no_rename(src, dst):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    monkeypatch.setattr(etptr.checkpoint._save.os, "replace", no_rename)
+    path = _old_file(tmp_path)
+    with pytest.raises(CheckpointError, match="cannot be written"):
+        etptr.save_safetensors({"a": _GOOD}, path)
+    assert path.read_bytes() == b"the previous checkpoint"
+    _only(tmp_path, "ckpt.safetensors")
+
+
+def test_no_file_descriptor_is_left_open(tmp_path, monkeypatch):
+    from _checkpoint_helpers import open_fds
+
+    before = open_fds()
+    etptr.save_safetensors({"a": _GOOD}, tmp_path / "ok.safetensors")
+    monkeypatch.setattr(etptr.checkpoint._save, "_write_all",
+                        lambda fd, data: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    with pytest.raises(CheckpointError):
+        etptr.save_safetensors({"a": _GOOD}, tmp_path / "bad.safetensors")
+    gc.collect()
+    assert open_fds() == before
+    _only(tmp_path, "ok.safetensors")
