@@ -51,7 +51,11 @@ from etptr._core._device_copy import (
     clone_tensor_ptr_to,
     clone_tensor_ptr_to_cpu,
     clone_tensor_ptr_to_device,
+    clone_tensor_ptrs_to,
+    d2h_copy,
+    h2d_copy,
 )
+from etptr._core._device_memory import DeviceMemoryBuffer
 from etptr._core._interop import from_cuda_array_interface, from_dlpack
 from etptr._core._tensor_ptr_maker import (
     TensorPtrMaker,
@@ -89,6 +93,7 @@ __all__ = [
     "Device",
     "DeviceAllocator",
     "DeviceAllocatorRegistry",
+    "DeviceMemoryBuffer",
     "DeviceType",
     "Error",
     "EtError",
@@ -108,6 +113,8 @@ __all__ = [
     "clone_tensor_ptr_to",
     "clone_tensor_ptr_to_cpu",
     "clone_tensor_ptr_to_device",
+    "clone_tensor_ptrs_to",
+    "d2h_copy",
     "element_size",
     "empty",
     "empty_like",
@@ -120,6 +127,7 @@ __all__ = [
     "full_like",
     "full_strided",
     "get_device_allocator",
+    "h2d_copy",
     "load_safetensors",
     "make_tensor_ptr",
     "manual_seed",

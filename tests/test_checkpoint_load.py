@@ -254,7 +254,11 @@ def test_device_load_through_host_allocator(tmp_path, host_alloc, code):
     for name, arr in arrays.items():
         assert out[name].device == Device("cuda:0")
         _same(out[name], arr, DTYPES[code][0])
-    assert host_alloc.live_bytes == sum(a.nbytes for a in arrays.values())
+    # one buffer for the file: the tensors' bytes, each at a 256-byte multiple
+    plan = etptr.checkpoint.read_plan(path)
+    assert host_alloc.allocate_count == 1
+    assert host_alloc.live_bytes == etptr.checkpoint.layout_file(plan.files[0]).nbytes
+    assert all(t.data_ptr % 256 == 0 for t in out.values())
     del out
     gc.collect()
     assert host_alloc.live_bytes == 0
@@ -268,14 +272,16 @@ def test_device_load_default_device_and_subset(tmp_path, host_alloc):
 
 
 def test_device_load_failure_frees_everything(tmp_path):
-    path, _ = _reference_file(tmp_path, "F32")
+    # two files: the second file's buffer cannot be allocated; the first one's goes back
+    first, _ = _reference_file(tmp_path, "F32", name="a.safetensors")
+    second, _ = _reference_file(tmp_path, "I16", name="b.safetensors")
     alloc = HostDeviceAllocator()
-    alloc.fail_after = 2
+    alloc.fail_after = 1
     with use_allocator(alloc):
         with pytest.raises(etptr.MemoryAllocationError):
-            etptr.load_safetensors(path, "cuda:0")
+            etptr.load_safetensors([first, second], "cuda:0")
         gc.collect()
-        assert alloc.live_bytes == 0 and alloc.allocate_count == 2
+        assert alloc.live_bytes == 0 and alloc.allocate_count == 1
 
 
 def test_device_load_without_an_allocator(tmp_path):

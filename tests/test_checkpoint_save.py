@@ -145,13 +145,13 @@ def test_device_tensors(tmp_path, host_alloc, monkeypatch):
     transposed = etptr.clone_tensor_ptr_to(
         etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64), dim_order=[1, 0]), "cuda:0")
     fetched = []
-    real = etptr.checkpoint._device._fetch_to_host
+    real = etptr.checkpoint._device._fetch_group
 
-    def spy(tensor):
-        fetched.append(tensor.sizes)
-        return real(tensor)
+    def spy(group):
+        fetched.extend(t.sizes for t in group)
+        return real(group)
 
-    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_to_host", spy)
+    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_group", spy)
     path = tmp_path / "dev.safetensors"
     etptr.save_safetensors(on_device | {"transposed": transposed}, path)
     expected = arrays | {"transposed": np.arange(6, dtype=np.int64).reshape(3, 2).T}
@@ -277,15 +277,16 @@ def test_fetch_failing_part_way_leaves_nothing(tmp_path, host_alloc, monkeypatch
     tensors = {f"t{i}": etptr.clone_tensor_ptr_to(etptr.full([64], float(i)), "cuda:0")
                for i in range(4)}
     calls = []
-    real = etptr.checkpoint._device._fetch_to_host
+    real = etptr.checkpoint._device._fetch_group
 
-    def flaky(tensor):
-        calls.append(1)
+    def flaky(group):
+        calls.append(len(group))
         if len(calls) == 3:
             raise etptr.MemoryAllocationError("the device went away")
-        return real(tensor)
+        return real(group)
 
-    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_to_host", flaky)
+    monkeypatch.setattr(etptr.checkpoint._device, "SAVE_GROUP", 256)   # one tensor a group
+    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_group", flaky)
     path = _old_file(tmp_path)
     with pytest.raises(etptr.MemoryAllocationError, match="went away"):
         etptr.save_safetensors(tensors, path)
@@ -296,7 +297,8 @@ def test_fetch_failing_part_way_leaves_nothing(tmp_path, host_alloc, monkeypatch
 
 def test_fetch_returning_the_wrong_size(tmp_path, host_alloc, monkeypatch):
     t = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
-    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_to_host", lambda t: np.zeros(3, np.uint8))
+    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_group",
+                        lambda group: [np.zeros(3, np.uint8) for _ in group])
     with pytest.raises(CheckpointError, match="tensor 't': 3 bytes came back for a tensor of 16"):
         etptr.save_safetensors({"t": t}, tmp_path / "x.safetensors")
     _only(tmp_path)
@@ -304,8 +306,8 @@ def test_fetch_returning_the_wrong_size(tmp_path, host_alloc, monkeypatch):
 
 def test_fetch_returning_a_buffer(tmp_path, host_alloc, monkeypatch):
     t = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
-    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_to_host",
-                        lambda t: bytearray(np.full(4, 2.0, np.float32).tobytes()))
+    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_group",
+                        lambda group: [bytearray(np.full(4, 2.0, np.float32).tobytes())])
     etptr.save_safetensors({"t": t}, tmp_path / "x.safetensors")
     assert reference_read(tmp_path / "x.safetensors")["t"][2] == np.full(4, 2.0, np.float32).tobytes()
 

@@ -184,6 +184,22 @@ cdef class DeviceAllocator:
             self.copy_device_to_host(dst, src, nbytes, index)
         return 0
 
+    cdef int c_copy_h2d_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
+                              int64_t count, int index, object stream) except -1:
+        """``count`` host -> device copies (the base: one ``copy_host_to_device`` each)."""
+        cdef int64_t i
+        for i in range(count):
+            self.c_copy_h2d(dst[i], src[i], n[i], index, stream)
+        return 0
+
+    cdef int c_copy_d2h_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
+                              int64_t count, int index, object stream) except -1:
+        """``count`` device -> host copies (the base: one ``copy_device_to_host`` each)."""
+        cdef int64_t i
+        for i in range(count):
+            self.c_copy_d2h(dst[i], src[i], n[i], index, stream)
+        return 0
+
     cdef object c_allocate_host(self, int64_t nbytes, int index):
         return self.allocate_host(nbytes, index)
 

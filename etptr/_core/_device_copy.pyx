@@ -1,18 +1,23 @@
-"""Host<->device copies of tensors: ``clone_tensor_ptr_to`` and its seed names.
+"""Host<->device copies of tensors: ``clone_tensor_ptr_to`` and its seed names, copies
+into existing tensors (ExecuTorch's ``et_copy`` ops), and their batched forms.
 
 Registry-generic: every copy goes through the :class:`DeviceAllocator`
 registered for the device type (the CUDA allocator takes the copy engine's
-fast paths). A device tensor's memory is always read through the allocator
-that owns it. Each function takes a snapshot of the source's layout and data
-address before any user code (an allocator written in Python) runs, builds
-its result from the snapshot, and frees what it took when a step fails.
+fast paths, and moves a batch as a few large transfers). A device tensor's
+memory is always read and written through the allocator that owns it. Each
+function checks every argument and takes a snapshot of each source's layout
+and data address before any user code (an allocator written in Python) runs
+and before any byte moves, builds its results from the snapshots, and frees
+what it took when a step fails.
 """
+cimport cython
 from libc.stdint cimport int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
 
 from etptr._core._device cimport Device, c_device, c_make_device
 from etptr._core._device_allocator cimport DeviceAllocator, c_allocator_for
 from etptr._core._error cimport raise_error
-from etptr._core._metadata cimport Metadata, c_nbytes
+from etptr._core._metadata cimport Metadata, c_nbytes, c_tuple64, c_tuple8
 from etptr._core._storage cimport (
     Storage, c_check_alive, c_device_storage, c_export_storage, c_host_storage)
 from etptr._core._tensor_ptr cimport TensorPtr, c_cpu, c_new_tensor, c_snapshot, c_tensor_arg
@@ -152,3 +157,336 @@ def clone_tensor_ptr_to_cpu(tensor):
     """Copy a device tensor to the CPU. See :func:`clone_tensor_ptr_to` for the errors raised.
     """
     return c_clone_to(c_tensor_arg(tensor, "tensor"), c_cpu(), None, True)
+
+
+# ------------------------------------------------------------------ batches
+
+cdef int64_t _ALIGN = 256        # results of a batched clone start at 256-byte multiples
+
+
+@cython.final
+cdef class _Pieces:
+    """The C arrays of a batch: piece i moves n[i] bytes from src[i] to dst[i]."""
+    cdef uintptr_t* dst
+    cdef uintptr_t* src
+    cdef int64_t* n
+    cdef int64_t count
+
+    def __dealloc__(self):
+        free(self.dst)
+        free(self.src)
+        free(self.n)
+
+
+cdef _Pieces _pieces(int64_t count):
+    cdef _Pieces p = _Pieces.__new__(_Pieces)
+    cdef int64_t k = count if count > 0 else 1
+    p.dst = <uintptr_t*>malloc(k * sizeof(uintptr_t))
+    p.src = <uintptr_t*>malloc(k * sizeof(uintptr_t))
+    p.n = <int64_t*>malloc(k * sizeof(int64_t))
+    if p.dst == NULL or p.src == NULL or p.n == NULL:
+        raise MemoryError()
+    return p
+
+
+cdef str _arg(str name, Py_ssize_t i, bint batch):
+    return f"{name}[{i}]" if batch else name
+
+
+cdef list _tensor_list(object seq, str name):
+    """The tensors of a sequence argument, read once and checked to be TensorPtrs."""
+    cdef list items
+    cdef Py_ssize_t i
+    if isinstance(seq, TensorPtr) or isinstance(seq, str) or isinstance(seq, bytes) or \
+            not hasattr(seq, "__len__"):
+        raise_error(Error.InvalidType,
+                    f"{name} must be a sequence of etptr.TensorPtr, got {seq!r:.80} of type "
+                    f"{c_type_name(seq)}")
+    items = list(seq)
+    for i in range(len(items)):
+        c_tensor_arg(items[i], f"{name}[{i}]")
+    return items
+
+
+cdef bint _same_sizes(TensorPtr a, TensorPtr b) noexcept:
+    cdef int d
+    if a.c_dim != b.c_dim:
+        return False
+    for d in range(a.c_dim):
+        if a.c_sizes[d] != b.c_sizes[d]:
+            return False
+    return True
+
+
+cdef bint _same_dim_order(TensorPtr a, TensorPtr b) noexcept:
+    cdef int d
+    for d in range(a.c_dim):
+        if a.c_dim_order[d] != b.c_dim_order[d]:
+            return False
+    return True
+
+
+cdef int _check_pair(TensorPtr src, TensorPtr out, Py_ssize_t i, bint batch, bint h2d) except -1:
+    """ExecuTorch's _h2d_copy / _d2h_copy checks, and etptr's stricter layout ones."""
+    cdef str s = _arg("srcs" if batch else "src", i, batch)
+    cdef str o = _arg("outs" if batch else "out", i, batch)
+    if h2d and src.c_device.c_type != 0:
+        raise_error(Error.InvalidArgument, f"{s}.device={src.c_device}: h2d_copy copies from the CPU")
+    if h2d and out.c_device.c_type == 0:
+        raise_error(Error.InvalidArgument, f"{o}.device=cpu: h2d_copy copies to a device tensor")
+    if not h2d and src.c_device.c_type == 0:
+        raise_error(Error.InvalidArgument, f"{s}.device=cpu: d2h_copy copies from a device tensor")
+    if not h2d and out.c_device.c_type != 0:
+        raise_error(Error.InvalidArgument, f"{o}.device={out.c_device}: d2h_copy copies to the CPU")
+    if not _same_sizes(src, out):
+        raise_error(Error.InvalidArgument,
+                    f"{o}.sizes={c_tuple64(out.c_sizes, out.c_dim)} differ from "
+                    f"{s}.sizes={c_tuple64(src.c_sizes, src.c_dim)}")
+    if src.c_type != out.c_type:
+        raise_error(Error.InvalidArgument,
+                    f"{o}.scalar_type={out.scalar_type.name} differs from "
+                    f"{s}.scalar_type={src.scalar_type.name}")
+    if not _same_dim_order(src, out):
+        raise_error(Error.InvalidArgument,
+                    f"{o}.dim_order={c_tuple8(out.c_dim_order, out.c_dim)} differs from "
+                    f"{s}.dim_order={c_tuple8(src.c_dim_order, src.c_dim)}")
+    if src.c_numel and (src.c_data == NULL or out.c_data == NULL):
+        raise_error(Error.InvalidArgument,
+                    f"{s if src.c_data == NULL else o} has null data (made with data=None)")
+    if out.c_readonly:
+        raise_error(Error.InvalidArgument, f"{o} is read-only")
+    c_check_alive(src.c_storage, s)
+    c_check_alive(out.c_storage, o)
+    return 0
+
+
+cdef object _copy_into(object src, object out, object stream, bint h2d):
+    """h2d_copy / d2h_copy: one pair, or sequences of pairs."""
+    cdef bint batch = not isinstance(src, TensorPtr)
+    cdef list srcs, outs
+    cdef Py_ssize_t i, count
+    cdef TensorPtr a, b, dev_t
+    cdef DeviceAllocator alloc = None
+    cdef int index = 0, index_i
+    cdef _Pieces p
+    cdef int64_t k = 0, nbytes
+    if batch:
+        srcs = _tensor_list(src, "srcs")
+        outs = _tensor_list(out, "outs")
+        if len(srcs) != len(outs):
+            raise_error(Error.InvalidArgument,
+                        f"srcs has {len(srcs)} tensors but outs has {len(outs)}")
+    else:
+        srcs = [c_tensor_arg(src, "src")]
+        outs = [c_tensor_arg(out, "out")]
+    count = len(srcs)
+    p = _pieces(count)
+    for i in range(count):           # every check before any user code or byte moves
+        a = srcs[i]
+        b = outs[i]
+        _check_pair(a, b, i, batch, h2d)
+        nbytes = c_nbytes(a.c_numel, a.c_type)
+        if nbytes == 0:
+            continue
+        dev_t = b if h2d else a
+        if i > 0 and k > 0 and dev_t.c_device != (<TensorPtr>(outs[0] if h2d else srcs[0])).c_device:
+            raise_error(Error.InvalidArgument,
+                        f"{_arg('outs' if h2d else 'srcs', i, batch)}.device={dev_t.c_device}: a "
+                        f"batch copies to or from one device")
+        p.dst[k] = <uintptr_t>b.c_data
+        p.src[k] = <uintptr_t>a.c_data
+        p.n[k] = nbytes
+        k += 1
+    p.count = k
+    for i in range(count):           # the allocators that own the device sides
+        dev_t = outs[i] if h2d else srcs[i]
+        if (<TensorPtr>srcs[i]).c_numel == 0:
+            continue
+        found = _owner_allocator(dev_t, &index_i)
+        if alloc is None:
+            alloc, index = found, index_i
+        elif found is not alloc or index_i != index:
+            raise_error(Error.InvalidArgument,
+                        f"{_arg('outs' if h2d else 'srcs', i, batch)}.device={dev_t.c_device}: "
+                        f"its memory belongs to another allocator or device than the batch's")
+    if k:
+        if h2d:
+            if k == 1:
+                alloc.c_copy_h2d(p.dst[0], p.src[0], p.n[0], index, stream)
+            else:
+                alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream)
+        else:
+            if k == 1:
+                alloc.c_copy_d2h(p.dst[0], p.src[0], p.n[0], index, stream)
+            else:
+                alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream)
+    return outs if batch else out
+
+
+def h2d_copy(src, out, *, stream=None):
+    """Copy CPU tensors into existing device tensors (ExecuTorch's ``et_copy::_h2d_copy.out``).
+
+    Nothing is allocated on the device. ``src`` and ``out`` are one TensorPtr
+    each, or two sequences of the same length (a batch, moved as few large
+    transfers: small tensors are packed into pinned slots by the copy threads,
+    one DMA per slot, and scattered on the device by a kernel).
+
+    Parameters
+    ----------
+    src : TensorPtr on the CPU, or a sequence of them
+    out : TensorPtr on a device, or a sequence of them on one device; each with
+        the same sizes, scalar type and dim_order as its source
+    stream : CUDA stream, optional
+        None: complete on return. A stream: queued on it (as for
+        :func:`clone_tensor_ptr_to`): a pageable source has been read on return.
+
+    Returns
+    -------
+    ``out`` (the list of outs for a batch)
+
+    Raises
+    ------
+    InvalidArgumentError
+        A pair whose devices, sizes, scalar type or dim_order do not fit (the
+        message names the index and the field), null data, a read-only out,
+        outs on more than one device; all checked before any byte moves.
+    InvalidTypeError
+        Something that is not a TensorPtr.
+
+    Notes
+    -----
+    When a copy fails part way through a batch, the outs before the failure
+    may hold their new data and the others their old; no memory is kept.
+    """
+    return _copy_into(src, out, stream, True)
+
+
+def d2h_copy(src, out, *, stream=None):
+    """Copy device tensors into existing CPU tensors (ExecuTorch's ``et_copy::_d2h_copy.out``).
+
+    The mirror of :func:`h2d_copy`; a batch's small tensors are gathered on the
+    device by a kernel, come down in one DMA and are scattered by the copy
+    threads. Into page-locked outs a copy on a ``stream`` may still run on
+    return: synchronise the stream before reading them.
+
+    Raises
+    ------
+    InvalidArgumentError, InvalidTypeError
+        As :func:`h2d_copy`.
+    """
+    return _copy_into(src, out, stream, False)
+
+
+def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
+    """The batched :func:`clone_tensor_ptr_to`: every tensor copied to ``device``.
+
+    Results come in order, each as if cloned alone (same sizes, dim_order,
+    strides, scalar type, dynamism). They share one allocation: a
+    :class:`DeviceMemoryBuffer` for CPU -> device, one host block (page-locked
+    with ``pinned=True``) for device -> CPU, each result starting at a 256-byte
+    multiple; the memory goes back when the last of them dies. The batch moves
+    as a few large transfers. An empty sequence gives ``[]``.
+
+    Parameters
+    ----------
+    tensors : sequence of TensorPtr, all on the CPU, or all on one device
+    device : Device, DeviceType or str
+    stream, pinned : as for :func:`clone_tensor_ptr_to`
+
+    Raises
+    ------
+    InvalidArgumentError
+        A tensor with null data, or tensors on more than one device (the
+        message names the index), before anything is allocated.
+    NotSupportedError
+        CPU -> CPU or device -> device.
+    NotFoundError, MemoryAllocationError
+        As :func:`clone_tensor_ptr_to`; nothing is kept after a failure.
+    """
+    cdef Device dst = c_device(device, "device")
+    cdef list items = _tensor_list(tensors, "tensors")
+    cdef Py_ssize_t count = len(items), i
+    cdef list metas = [], results = []
+    cdef TensorPtr t, first
+    cdef Metadata m
+    cdef int64_t total = 0, nbytes, k = 0
+    cdef int64_t* offsets
+    cdef _Pieces p
+    cdef DeviceAllocator alloc
+    cdef int index
+    cdef Storage s
+    cdef bint h2d = dst.c_type != 0
+    cdef Device where
+    if count == 0:
+        return []
+    first = items[0]
+    p = _pieces(count)
+    offsets = <int64_t*>malloc(count * sizeof(int64_t))
+    if offsets == NULL:
+        raise MemoryError()
+    try:
+        for i in range(count):       # checks and snapshots before any user code runs
+            t = items[i]
+            if (t.c_device.c_type == 0) == (dst.c_type == 0):
+                raise_error(Error.NotSupported,
+                            f"tensors[{i}].device={t.c_device}: clone_tensor_ptrs_to copies "
+                            f"between the host and a device, not {t.c_device} -> {dst}")
+            if t.c_device != first.c_device:
+                raise_error(Error.InvalidArgument,
+                            f"tensors[{i}].device={t.c_device}: a batch comes from one device "
+                            f"(tensors[0] is on {first.c_device})")
+            m = c_snapshot(t)
+            nbytes = c_nbytes(m.numel, t.c_type)
+            if t.c_data == NULL and nbytes > 0:
+                raise_error(Error.InvalidArgument,
+                            f"tensors[{i}] has null data: there is nothing to copy")
+            c_check_alive(t.c_storage, f"tensors[{i}]")
+            metas.append(m)
+            offsets[i] = total
+            if nbytes:
+                p.src[k] = <uintptr_t>t.c_data
+                p.n[k] = nbytes
+                k += 1
+            total += (nbytes + _ALIGN - 1) & ~(_ALIGN - 1)
+        p.count = k
+        if h2d:
+            alloc = c_allocator_for(dst.c_type, dst.c_index, "device")
+            index = alloc.c_resolve_index(dst.c_index)
+            s = c_device_storage(alloc, total, index, _ALIGN, stream if total else None)
+            where = c_make_device(dst.c_type, index)
+        else:
+            alloc = _owner_allocator(first, &index)
+            for i in range(1, count):
+                t = items[i]
+                if t.c_numel and t.c_storage.c_allocator is not None and \
+                        (t.c_storage.c_allocator is not alloc or t.c_storage.c_index != index):
+                    raise_error(Error.InvalidArgument,
+                                f"tensors[{i}]: its memory belongs to another allocator or "
+                                f"device than tensors[0]'s")
+            host = alloc.c_allocate_host(total, index) if pinned and total else None
+            if host is None:
+                s = c_host_storage(total)
+            else:
+                s = c_export_storage(host, total, True, f"{c_type_name(alloc)}.allocate_host")
+                host = None
+            where = c_cpu()
+        k = 0
+        for i in range(count):
+            t = items[i]
+            results.append(c_new_tensor(<Metadata>metas[i], t.c_type, t.c_dynamism, where, s,
+                                        s.c_ptr + <uintptr_t>offsets[i], False))
+            if (<TensorPtr>results[i]).c_nbytes():
+                p.dst[k] = s.c_ptr + <uintptr_t>offsets[i]
+                k += 1
+        try:
+            if k:
+                if h2d:
+                    alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream)
+                else:
+                    alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream)
+        except BaseException as exc:
+            results = None
+            _fail_after_taking(s, exc)
+    finally:
+        free(offsets)
+    return results

@@ -24,4 +24,3 @@ cdef int c_dim_order_to_strides(const sizes_t* sizes, const dim_order_t* dim_ord
 cdef int64_t c_nbytes(int64_t numel, int type) except -1
 cdef tuple c_tuple64(const int64_t* a, int n)
 cdef tuple c_tuple8(const dim_order_t* a, int n)
-cdef bint c_same_layout(Metadata a, Metadata b) noexcept

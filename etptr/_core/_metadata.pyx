@@ -216,14 +216,3 @@ cdef int64_t c_nbytes(int64_t numel, int type) except -1:
         raise_error(Error.InvalidArgument,
                     f"sizes: the byte count overflows int64 ({numel} elements of {esize} bytes)")
     return numel * esize
-
-
-cdef bint c_same_layout(Metadata a, Metadata b) noexcept:
-    """Equal sizes and dim_order (so equal strides)."""
-    cdef int i
-    if a.dim != b.dim:
-        return False
-    for i in range(a.dim):
-        if a.sizes[i] != b.sizes[i] or a.dim_order[i] != b.dim_order[i]:
-            return False
-    return True

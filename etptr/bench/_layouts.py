@@ -17,7 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from etptr._core._scalar_type import ScalarType
-from etptr._core._tensor_ptr import TensorPtr, make_tensor_ptr
+from etptr._core._make_tensor_ptr import make_tensor_ptr
+from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint import CheckpointError, save_safetensors
 
 __all__ = ["LAYOUTS", "ModelLayout", "qwen2_layout", "write_layout"]

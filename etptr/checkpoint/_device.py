@@ -1,27 +1,48 @@
-"""The two seams between checkpoints and device memory.
+"""The seams between checkpoints and device memory: loading a plan onto a device, and
+streaming device tensors back for writing.
 
-``_load_to_device`` moves a checked plan's tensors onto a device, and
-``_fetch_to_host`` brings one device tensor's bytes back for writing. Both
-go through the public clone functions and so work with any registered
-allocator; they copy tensor by tensor.
+Loading: each file's tensors go into one :class:`~etptr.DeviceMemoryBuffer`
+laid out by :func:`~etptr.checkpoint._layout.layout_file` (every tensor at a
+256-byte multiple); the file's copy runs go up from a read-only ``mmap`` of the
+file as one batched :func:`~etptr.h2d_copy`, which the CUDA copy engine moves
+as one pipelined copy: its threads copy the page cache into pinned slots while
+the previous slot's DMA runs. No tensor is copied on the host first. The
+tensors are views of the buffer; its memory returns when the last one dies.
+
+Saving: device tensors come down in groups of up to 64 MiB, each group as one
+batched clone into a page-locked block, fetched by a helper thread while the
+previous group is written to the file.
 """
 from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from etptr._core._device import Device
-from etptr._core._tensor_ptr import TensorPtr, clone_tensor_ptr_to, clone_tensor_ptr_to_cpu
-from etptr.checkpoint._host import host_view, map_file
+from etptr._core._device_copy import clone_tensor_ptr_to_cpu, clone_tensor_ptrs_to, h2d_copy
+from etptr._core._device_memory import DeviceMemoryBuffer
+from etptr._core._make_tensor_ptr import make_tensor_ptr
+from etptr._core._scalar_type import ScalarType
+from etptr._core._tensor_ptr import TensorPtr
+from etptr.checkpoint._host import map_file
+from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
 from etptr.checkpoint._plan import CheckpointPlan
 from etptr.checkpoint._progress import Progress
 
-__all__ = ["_fetch_to_host", "_load_to_device"]
+__all__ = ["_fetch_group", "_fetch_to_host", "_load_to_device", "_stream_bytes"]
+
+#: Bytes moved per batched copy while loading, so that progress advances on large files.
+LOAD_STEP = 256 << 20
+#: Bytes of device tensors fetched per group while saving.
+SAVE_GROUP = 64 << 20
 
 
 def _load_to_device(plan: CheckpointPlan, device: Device,
                     progress: Progress | None) -> dict[str, TensorPtr]:
-    """Every tensor of ``plan`` cloned onto ``device``.
+    """Every tensor of ``plan`` on ``device``, one device buffer per file.
 
     Parameters
     ----------
@@ -37,7 +58,7 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
     -------
     dict of str to TensorPtr
         Name -> tensor on ``device``, file by file in file order; each with
-        the header's shape and ScalarType, owning its device memory.
+        the header's shape and ScalarType, a view of its file's buffer.
 
     Raises
     ------
@@ -46,19 +67,33 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
     CheckpointError
         A file changed since its header was read.
     MemoryAllocationError
-        Device memory ran out; what was allocated so far is freed.
+        Device memory ran out; every buffer taken so far is given back.
     """
     total = plan.nbytes
     done = 0
     out: dict[str, TensorPtr] = {}
     for f in plan.files:
+        layout = layout_file(f, DEVICE_ALIGNMENT)
         mapped = map_file(f)
-        for t in f.tensors:
-            out[t.name] = clone_tensor_ptr_to(host_view(f, t, mapped), device)
-            if t.nbytes:
-                done += t.nbytes
-                if progress is not None:
-                    progress(done, total)
+        with DeviceMemoryBuffer.create(layout.nbytes, device, alignment=DEVICE_ALIGNMENT) as buf:
+            if mapped is not None:
+                srcs: list[TensorPtr] = []
+                outs: list[TensorPtr] = []
+                step = 0
+                for run in layout.runs:
+                    srcs.append(make_tensor_ptr(
+                        [run.nbytes], mapped[run.file_offset:run.file_offset + run.nbytes],
+                        type=ScalarType.Byte))
+                    outs.append(buf.tensor(run.buffer_offset, [run.nbytes], ScalarType.Byte))
+                    step += run.nbytes
+                    if step >= LOAD_STEP or run is layout.runs[-1]:
+                        h2d_copy(srcs, outs)
+                        done += step
+                        srcs, outs, step = [], [], 0
+                        if progress is not None:
+                            progress(done, total)
+            for t, offset in zip(f.tensors, layout.offsets):
+                out[t.name] = buf.tensor(offset, list(t.shape), t.scalar_type)
         del mapped
     if progress is not None and done == 0:
         progress(0, total)
@@ -66,17 +101,11 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
 
 
 def _fetch_to_host(tensor: TensorPtr) -> npt.NDArray[np.generic]:
-    """The bytes of a device tensor on the host, in row-major (C) order.
+    """The bytes of one device tensor on the host, in row-major (C) order.
 
     Parameters
     ----------
     tensor : TensorPtr on a device, with data (``nbytes > 0``)
-
-    Returns
-    -------
-    numpy.ndarray
-        C-contiguous, ``tensor.nbytes`` bytes, the tensor's elements in
-        row-major order whatever its dim_order.
 
     Raises
     ------
@@ -84,3 +113,45 @@ def _fetch_to_host(tensor: TensorPtr) -> npt.NDArray[np.generic]:
         No allocator is registered for the tensor's device.
     """
     return np.ascontiguousarray(clone_tensor_ptr_to_cpu(tensor).numpy())
+
+
+def _row_major(t: TensorPtr) -> bool:
+    return t.dim_order == tuple(range(t.dim()))
+
+
+def _groups(tensors: Sequence[TensorPtr]) -> list[list[TensorPtr]]:
+    """Consecutive tensors in groups of at most SAVE_GROUP bytes (one tensor at least)."""
+    groups: list[list[TensorPtr]] = []
+    size = SAVE_GROUP
+    for t in tensors:
+        if size + t.nbytes > SAVE_GROUP and (not groups or groups[-1]):
+            groups.append([])
+            size = 0
+        groups[-1].append(t)
+        size += t.nbytes
+    return groups
+
+
+def _fetch_group(group: list[TensorPtr]) -> list[object]:
+    """One group of device tensors on the host: for each, a buffer of its bytes in
+    row-major (C) order. Row-major tensors come down as one batched clone into one
+    page-locked block; others one by one through a contiguous copy."""
+    if all(_row_major(t) for t in group):
+        return [host.numpy() for host in clone_tensor_ptrs_to(group, "cpu")]
+    return [_fetch_to_host(t) for t in group]
+
+
+def _stream_bytes(tensors: Sequence[TensorPtr]) -> Iterator[object]:
+    """The row-major bytes of each device tensor of ``tensors``, in order; the next group
+    is fetched by a helper thread while the caller writes the current one."""
+    groups = _groups(tensors)
+    if not groups:
+        return
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="etptr-save") as pool:
+        pending = pool.submit(_fetch_group, groups[0])
+        for i in range(len(groups)):
+            views = pending.result()
+            if i + 1 < len(groups):
+                pending = pool.submit(_fetch_group, groups[i + 1])
+            yield from views
+            del views

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from etptr._core._tensor_ptr import TensorPtr, make_tensor_ptr
+from etptr._core._make_tensor_ptr import make_tensor_ptr
+from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import FilePlan, TensorEntry
 

@@ -9,7 +9,8 @@ import numpy as np
 from etptr._core._device import Device, DeviceType, as_device
 from etptr._core._error import EtError
 from etptr._core._scalar_type import ScalarType
-from etptr._core._tensor_ptr import TensorPtr, make_tensor_ptr
+from etptr._core._make_tensor_ptr import make_tensor_ptr
+from etptr._core._tensor_ptr import TensorPtr
 from etptr._core._tensor_ptr_maker import empty
 from etptr.checkpoint import _device
 from etptr.checkpoint._errors import CheckpointError

@@ -11,7 +11,7 @@ import errno
 import json
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
@@ -138,13 +138,27 @@ def _as_bytes(data: object, name: str, nbytes: int) -> memoryview:
     return view
 
 
-def _tensor_bytes(it: _Item) -> memoryview:
-    """``it.tensor``'s elements in row-major order, as bytes."""
-    t = it.tensor
-    if t.device.is_cpu():
-        # a dim_order other than 0..n-1 gives a strided view; ascontiguousarray copies it
-        return _as_bytes(np.ascontiguousarray(t.numpy()), it.name, t.nbytes)
-    return _as_bytes(_device._fetch_to_host(t), it.name, t.nbytes)
+def _tensor_bytes(order: list[_Item]) -> Iterator[tuple[_Item, memoryview]]:
+    """Each item with bytes and its elements in row-major order, as bytes, in order. Runs
+    of device tensors are streamed (:func:`etptr.checkpoint._device._stream_bytes`)."""
+    i = 0
+    while i < len(order):
+        it = order[i]
+        t = it.tensor
+        if not t.nbytes:
+            i += 1
+            continue
+        if t.device.is_cpu():
+            # a dim_order other than 0..n-1 gives a strided view; ascontiguousarray copies it
+            yield it, _as_bytes(np.ascontiguousarray(t.numpy()), it.name, t.nbytes)
+            i += 1
+            continue
+        run = []
+        while i < len(order) and order[i].tensor.nbytes and not order[i].tensor.device.is_cpu():
+            run.append(order[i])
+            i += 1
+        for item, data in zip(run, _device._stream_bytes([r.tensor for r in run])):
+            yield item, _as_bytes(data, item.name, item.tensor.nbytes)
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -228,9 +242,12 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
     try:
         try:
             _write_all(fd, memoryview(header))
-            for it in order:
-                if it.tensor.nbytes:
-                    _write_all(fd, _tensor_bytes(it))
+            stream = _tensor_bytes(order)
+            try:
+                for _, data in stream:
+                    _write_all(fd, data)
+            finally:
+                stream.close()
             os.fsync(fd)
         finally:
             os.close(fd)

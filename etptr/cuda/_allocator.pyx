@@ -19,6 +19,7 @@ from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
 from etptr._core._args cimport c_count_arg, c_int_arg
 from etptr._core._device_allocator cimport DeviceAllocator
 from etptr._core._error cimport raise_error
+from etptr.cuda._batch cimport c_d2h_batch, c_h2d_batch
 from etptr.cuda._copy_engine cimport CopyConfig, c_config, c_d2h, c_h2d
 from etptr.cuda._driver cimport (
     DeviceGuard, c_check_usable, c_enter_device, c_exit_device, c_forked, c_keep_forever,
@@ -165,6 +166,18 @@ cdef class CudaAllocator(DeviceAllocator):
         cdef CopyConfig cfg
         c_config(&cfg, None, None, None, None)
         return c_d2h(dst, src, nbytes, index, stream, &cfg)
+
+    cdef int c_copy_h2d_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
+                              int64_t count, int index, object stream) except -1:
+        cdef CopyConfig cfg
+        c_config(&cfg, None, None, None, None)
+        return c_h2d_batch(dst, src, n, count, index, stream, &cfg)
+
+    cdef int c_copy_d2h_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
+                              int64_t count, int index, object stream) except -1:
+        cdef CopyConfig cfg
+        c_config(&cfg, None, None, None, None)
+        return c_d2h_batch(dst, src, n, count, index, stream, &cfg)
 
     cdef object c_allocate_host(self, int64_t nbytes, int index):
         if nbytes == 0:

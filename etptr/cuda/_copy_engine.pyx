@@ -556,11 +556,10 @@ cdef int _one_dma(uintptr_t dst, uintptr_t src, int64_t nbytes, bint h2d, intptr
     return rc
 
 
-cdef int _copy(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev, object stream,
-               CopyConfig* cfg, bint h2d) except -1:
-    """The body both entries share: ``dev`` is current, the addresses checked."""
-    cdef bint sync = stream is None
-    cdef intptr_t s = c_copy_stream(dev, stream)
+cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev, intptr_t s,
+                    bint sync, CopyConfig* cfg, bint h2d) except -1:
+    """One copy between ``host`` and ``dev_side`` on stream ``s`` (``dev`` current), by the
+    path that suits the host side; ``sync``: wait for it."""
     cdef Slab slab
     cdef int rc = 0
     cdef uintptr_t dst = dev_side if h2d else host
@@ -602,7 +601,7 @@ cdef int c_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object str
     c_runtime()
     c_enter_device(dev, &guard)
     try:
-        _copy(dst, src, nbytes, dev, stream, cfg, True)
+        c_transfer(dst, src, nbytes, dev, c_copy_stream(dev, stream), stream is None, cfg, True)
     finally:
         c_exit_device(&guard)
     return 0
@@ -622,7 +621,7 @@ cdef int c_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object str
     c_runtime()
     c_enter_device(dev, &guard)
     try:
-        _copy(src, dst, nbytes, dev, stream, cfg, False)
+        c_transfer(src, dst, nbytes, dev, c_copy_stream(dev, stream), stream is None, cfg, False)
     finally:
         c_exit_device(&guard)
     return 0

@@ -1,0 +1,6 @@
+"""Type stubs for etptr.cuda._batch: batched copies (C level; scratch areas)."""
+from typing import final
+
+def _forget_scratch() -> None: ...
+@final
+class _Scratch: ...

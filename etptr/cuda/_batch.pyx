@@ -1,0 +1,320 @@
+"""Many tensors at once: batched host<->device copies that move as few, large DMAs.
+
+A batch is a list of pieces (destination, source, bytes). Fixed costs per
+transfer dominate small tensors (a bare driver call is 2-5 us; the driver's
+own batched copy runs 4-7 GB/s for 16 KiB pieces), so a batch is reshaped
+into large transfers:
+
+* Pieces whose device side is laid out in one range, in order (the results
+  of a batched clone in one :class:`DeviceMemoryBuffer`, a checkpoint's
+  tensors): one pipelined copy of the range; the copy threads gather (H2D)
+  or scatter (D2H) the host pieces into the pinned slots, one DMA per slot.
+* Device sides scattered over separate allocations (copies into existing
+  tensors, a KV cache): pieces of 1 MiB and more go one by one through the
+  single-copy path; the small ones go in rounds through a per-device
+  scratch area: host pieces are packed into it by one pipelined copy and a
+  kernel scatters them to their tensors (H2D), or a kernel gathers them
+  into it and one copy brings it down (D2H). Without a kernel (the CUDA
+  stand-in, a driver that cannot load PTX) each piece is copied alone.
+
+The scratch area (up to 64 MiB per device, grown on demand, kept for reuse)
+is ordered by an event: a batch queued on another stream waits for the
+previous user's last kernel before it writes to it.
+"""
+cimport cython
+from libc.stdint cimport int64_t, intptr_t, uint64_t, uintptr_t
+from libc.stdlib cimport free, malloc
+
+from etptr._core._error cimport raise_error
+from etptr.cuda._copy_engine cimport (
+    CopyConfig, HostList, c_copy_stream, c_staged, c_transfer)
+from etptr.cuda._driver cimport (
+    DeviceGuard, api, c_check, c_check_usable, c_cupy, c_enter_device, c_event_create,
+    c_exit_device, c_is_page_locked, c_module_function, c_range_start)
+
+from etptr._core._error import Error, NotSupportedError
+from etptr.cuda._driver import _on_backend_change, _on_fork_child
+from etptr.cuda import _kernels
+
+cdef int64_t _LARGE = 1 << 20            # pieces this large go alone (already at line rate)
+cdef int64_t _SCRATCH_MAX = 64 << 20     # bytes of scratch per device, at most
+cdef int64_t _PACK_ALIGN = 16            # packed pieces start at 16-byte multiples
+cdef int64_t _NEAR = 256                 # gaps up to this per piece still count as one range
+cdef int64_t PIECE_BYTES = 24            # a piece in the kernel's table: {u64 src, dst, n}
+
+
+cdef struct _Piece:
+    uint64_t src
+    uint64_t dst
+    uint64_t n
+
+
+@cython.final
+cdef class _Scratch:
+    """One device's scratch area and kernel."""
+    cdef object mem             # CuPy MemoryPointer (None until first used)
+    cdef uintptr_t ptr
+    cdef int64_t size
+    cdef intptr_t event         # recorded after the last kernel that used the area
+    cdef void* kernel           # etptr_copy_pieces in the device's context, or NULL
+    cdef bint no_kernel         # loading it failed: copy pieces one by one
+    cdef cython.pymutex lock
+
+
+cdef dict _scratch = {}
+
+
+def _forget_scratch():
+    global _scratch
+    _scratch = {}
+
+
+_on_fork_child(_forget_scratch)
+_on_backend_change(_forget_scratch)
+
+
+cdef _Scratch _scratch_of(int dev, int64_t want):
+    """``dev``'s scratch area of at least ``want`` bytes (``dev`` current)."""
+    cdef _Scratch sc = _scratch.get(dev)
+    if sc is None:
+        sc = _Scratch.__new__(_Scratch)
+        sc.event = c_event_create()
+        _scratch[dev] = sc
+    if sc.size < want:
+        if sc.event != 0:
+            c_check(api.event_sync(<void*>sc.event), "waiting for the scratch area's last use")
+        sc.mem = None
+        sc.mem = c_cupy().cuda.memory.alloc(want)
+        sc.ptr = sc.mem.ptr
+        sc.size = want
+    if sc.kernel == NULL and not sc.no_kernel:
+        if not api.driver or api.launch == NULL:
+            sc.no_kernel = True
+        else:
+            try:
+                sc.kernel = c_module_function(_kernels.COPY_PIECES, _kernels.COPY_PIECES_NAME)
+            except Exception:
+                sc.no_kernel = True
+    return sc
+
+
+cdef int _launch(_Scratch sc, uintptr_t table, int64_t count, void* stream) except -1:
+    """etptr_copy_pieces over ``count`` pieces of the device table at ``table``."""
+    cdef void* args[2]
+    cdef unsigned long long t = table, c = count
+    cdef unsigned int grid = <unsigned int>(count if count < 65535 else 65535)
+    cdef int rc
+    args[0] = &t
+    args[1] = &c
+    with nogil:
+        rc = api.launch(sc.kernel, grid, 1, 1, 256, 1, 1, 0, stream, args, NULL)
+    c_check(rc, "launching the copy kernel")
+    return 0
+
+
+cdef bint _one_range(const uintptr_t* dev, const int64_t* n, int64_t count) noexcept:
+    """Whether the device sides follow each other in order, with small gaps at most."""
+    cdef int64_t i
+    cdef uint64_t end = dev[0] + <uint64_t>n[0]
+    cdef uint64_t total = <uint64_t>n[0]
+    for i in range(1, count):
+        if dev[i] < end:
+            return False
+        end = dev[i] + <uint64_t>n[i]
+        total += <uint64_t>n[i]
+    return end - dev[0] <= total + <uint64_t>(_NEAR * count)
+
+
+cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) noexcept:
+    """Whether ``b`` is ``a`` shifted by one offset (the same relative layout)."""
+    cdef int64_t i
+    for i in range(1, count):
+        if a[i] - a[0] != b[i] - b[0]:
+            return False
+    return True
+
+
+cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, int64_t count,
+                 int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg) except -1:
+    """Pieces whose device sides lie in one range: one pipelined copy of the range."""
+    cdef HostList L
+    cdef int64_t i
+    cdef uintptr_t base = dev[0]
+    cdef int64_t span = <int64_t>(dev[count - 1] + <uint64_t>n[count - 1] - base)
+    cdef int64_t* starts = <int64_t*>malloc(count * sizeof(int64_t))
+    if starts == NULL:
+        raise MemoryError()
+    try:
+        for i in range(count):
+            starts[i] = <int64_t>(dev[i] - base)
+        if not h2d and c_is_page_locked(host[0]) and _same_layout(dev, host, count) and \
+                c_range_start(host[0]) != 0 and \
+                c_range_start(host[0]) == c_range_start(host[count - 1]):
+            # the host side is one page-locked range with the same layout: one DMA
+            c_transfer(base, host[0], span, d, s, sync, cfg, False)
+            return 0
+        L.host = <char**>host
+        L.lens = n
+        L.starts = starts
+        L.n = count
+        c_staged(base, 0, &L, span, d, s, h2d, sync or not h2d, cfg)
+    finally:
+        free(starts)
+    return 0
+
+
+cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
+                 int d, intptr_t s, bint h2d, CopyConfig* cfg) except -1:
+    """Small pieces with scattered device sides, in rounds through the scratch area."""
+    cdef _Scratch sc
+    cdef int64_t total = 0, i, first, last, used, table_bytes, k
+    cdef _Piece* table = NULL
+    cdef uintptr_t* hosts = NULL
+    cdef int64_t* lens = NULL
+    cdef uintptr_t* devs = NULL
+    cdef int64_t off
+    cdef const uintptr_t* dev_side = dst if h2d else src
+    cdef const uintptr_t* host_side = src if h2d else dst
+    for i in range(count):
+        total += (n[i] + _PACK_ALIGN - 1) & ~(_PACK_ALIGN - 1)
+    total += count * PIECE_BYTES + 256
+    sc = _scratch_of(d, total if total < _SCRATCH_MAX else _SCRATCH_MAX)
+    if sc.no_kernel:
+        for i in range(count):
+            c_transfer(dev_side[i], host_side[i], n[i], d, s, False, cfg, h2d)
+        return 0
+    with sc.lock:
+        # the previous user's kernels (perhaps on another stream) first
+        c_check(api.stream_wait_event(<void*>s, <void*>sc.event, 0), "ordering after the scratch")
+        first = 0
+        while first < count:
+            # as many pieces as fit: the table, then the packed payload
+            used = 0
+            last = first
+            while last < count:
+                k = last - first + 1
+                table_bytes = (k * PIECE_BYTES + 255) & ~(<int64_t>255)
+                if last > first and table_bytes + used + n[last] > sc.size:
+                    break
+                used += (n[last] + _PACK_ALIGN - 1) & ~(_PACK_ALIGN - 1)
+                last += 1
+            k = last - first
+            table_bytes = (k * PIECE_BYTES + 255) & ~(<int64_t>255)
+            table = <_Piece*>malloc(k * sizeof(_Piece))
+            hosts = <uintptr_t*>malloc((k + 1) * sizeof(uintptr_t))
+            lens = <int64_t*>malloc((k + 1) * sizeof(int64_t))
+            devs = <uintptr_t*>malloc((k + 1) * sizeof(uintptr_t))
+            try:
+                if table == NULL or hosts == NULL or lens == NULL or devs == NULL:
+                    raise MemoryError()
+                off = table_bytes
+                for i in range(k):
+                    if h2d:
+                        table[i].src = sc.ptr + off
+                        table[i].dst = dst[first + i]
+                    else:
+                        table[i].src = src[first + i]
+                        table[i].dst = sc.ptr + off
+                    table[i].n = n[first + i]
+                    hosts[i + 1] = host_side[first + i]
+                    lens[i + 1] = n[first + i]
+                    devs[i + 1] = sc.ptr + off
+                    off += (n[first + i] + _PACK_ALIGN - 1) & ~(_PACK_ALIGN - 1)
+                if h2d:
+                    # the table and the payload up in one pipelined copy, then the scatter
+                    hosts[0] = <uintptr_t>table
+                    lens[0] = k * PIECE_BYTES
+                    devs[0] = sc.ptr
+                    _ranged(devs, hosts, lens, k + 1, d, s, True, False, cfg)
+                    _launch(sc, sc.ptr, k, <void*>s)
+                else:
+                    # the table up, the gather, then the payload down in one copy
+                    c_transfer(sc.ptr, <uintptr_t>table, k * PIECE_BYTES, d, s, False, cfg, True)
+                    _launch(sc, sc.ptr, k, <void*>s)
+                    _ranged(devs + 1, hosts + 1, lens + 1, k, d, s, False, False, cfg)
+            finally:
+                free(table)
+                free(hosts)
+                free(lens)
+                free(devs)
+                table = NULL
+                hosts = lens = devs = NULL
+            first = last
+        c_check(api.event_record(<void*>sc.event, <void*>s), "recording the scratch's last use")
+    return 0
+
+
+cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
+                int d, object stream, CopyConfig* cfg, bint h2d) except -1:
+    """Both directions: ``d`` is current."""
+    cdef bint sync = stream is None
+    cdef intptr_t s = c_copy_stream(d, stream)
+    cdef const uintptr_t* dev_side = dst if h2d else src
+    cdef const uintptr_t* host_side = src if h2d else dst
+    cdef int64_t i, nsmall = 0
+    cdef uintptr_t* sd
+    cdef uintptr_t* ss
+    cdef int64_t* sn
+    cdef int rc
+    if _one_range(dev_side, n, count):
+        return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg)
+    sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
+    ss = <uintptr_t*>malloc(count * sizeof(uintptr_t))
+    sn = <int64_t*>malloc(count * sizeof(int64_t))
+    try:
+        if sd == NULL or ss == NULL or sn == NULL:
+            raise MemoryError()
+        for i in range(count):
+            if n[i] >= _LARGE:
+                c_transfer(dev_side[i], host_side[i], n[i], d, s, False, cfg, h2d)
+            elif n[i] > 0:
+                sd[nsmall] = dst[i]
+                ss[nsmall] = src[i]
+                sn[nsmall] = n[i]
+                nsmall += 1
+        if nsmall:
+            _rounds(sd, ss, sn, nsmall, d, s, h2d, cfg)
+    finally:
+        free(sd)
+        free(ss)
+        free(sn)
+    if sync:
+        with nogil:
+            rc = api.stream_sync(<void*>s)
+        c_check(rc, "waiting for the batched copy")
+    return 0
+
+
+cdef int c_h2d_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
+                     int dev, object stream, CopyConfig* cfg) except -1:
+    """Copy ``count`` pieces host -> device on ``dev`` (a checked index): piece i is
+    ``n[i]`` bytes from host ``src[i]`` to device ``dst[i]``. ``stream`` as for
+    :func:`etptr.cuda._copy_engine.c_h2d` (None: complete on return)."""
+    cdef DeviceGuard guard
+    c_check_usable("batched host->device copy")
+    if count <= 0:
+        return 0
+    c_cupy()
+    c_enter_device(dev, &guard)
+    try:
+        _batch(dst, src, n, count, dev, stream, cfg, True)
+    finally:
+        c_exit_device(&guard)
+    return 0
+
+
+cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
+                     int dev, object stream, CopyConfig* cfg) except -1:
+    """Copy ``count`` pieces device -> host: piece i is ``n[i]`` bytes from device
+    ``src[i]`` to host ``dst[i]``. ``stream`` as for the single copy."""
+    cdef DeviceGuard guard
+    c_check_usable("batched device->host copy")
+    if count <= 0:
+        return 0
+    c_cupy()
+    c_enter_device(dev, &guard)
+    try:
+        _batch(dst, src, n, count, dev, stream, cfg, False)
+    finally:
+        c_exit_device(&guard)
+    return 0
