@@ -80,13 +80,6 @@ cdef _Scratch _scratch_of(int dev, int64_t want):
         sc = _Scratch.__new__(_Scratch)
         sc.event = c_event_create()
         _scratch[dev] = sc
-    if sc.size < want:
-        if sc.event != 0:
-            c_check(api.event_sync(<void*>sc.event), "waiting for the scratch area's last use")
-        sc.mem = None
-        sc.mem = c_cupy().cuda.memory.alloc(want)
-        sc.ptr = sc.mem.ptr
-        sc.size = want
     if sc.kernel == NULL and not sc.no_kernel:
         if not api.driver or api.launch == NULL:
             sc.no_kernel = True
@@ -95,6 +88,13 @@ cdef _Scratch _scratch_of(int dev, int64_t want):
                 sc.kernel = c_module_function(_kernels.COPY_PIECES, _kernels.COPY_PIECES_NAME)
             except Exception:
                 sc.no_kernel = True
+    if sc.size < want and not sc.no_kernel:
+        if sc.event != 0:
+            c_check(api.event_sync(<void*>sc.event), "waiting for the scratch area's last use")
+        sc.mem = None
+        sc.mem = c_cupy().cuda.memory.alloc(want)
+        sc.ptr = sc.mem.ptr
+        sc.size = want
     return sc
 
 

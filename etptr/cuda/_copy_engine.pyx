@@ -34,8 +34,8 @@ from etptr._core._host_copy cimport (
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cuda_failed,
     c_current_stream, c_enter_device, c_event_create, c_event_destroy, c_exit_device, c_forked,
-    c_is_page_locked, c_keep_forever, c_runtime, c_stream_create, c_stream_destroy,
-    c_stream_handle)
+    c_host_alloc, c_is_page_locked, c_keep_forever, c_runtime, c_stream_create,
+    c_stream_destroy, c_stream_handle)
 from etptr.cuda._pinned_pool cimport (
     PinnedHostPool, Slab, c_default_pool, c_ensure_event, c_pool_block_containing, c_record)
 
@@ -174,6 +174,13 @@ cdef class _Engine:
     cdef intptr_t stream          # the device's copy stream (blocking)
     cdef intptr_t order_event     # orders the copy stream after the caller's stream
     cdef cython.pymutex lock
+    # The device's own pinned slots (K of S bytes, kept for the process's life, outside
+    # the pool): a staged copy waits for a slot's previous DMA instead of pinning more
+    # memory while stream-ordered copies are still in flight. One copy at a time uses
+    # them (``busy``, read and set with the GIL held); others take slots from the pool.
+    cdef list ring
+    cdef int64_t ring_bytes
+    cdef bint busy
 
 
 cdef dict _engines = {}
@@ -186,6 +193,7 @@ cdef _Engine _engine(int dev):
     if eng is not None:
         return eng
     eng = _Engine.__new__(_Engine)
+    eng.ring = []
     eng.stream = c_stream_create()
     try:
         eng.order_event = c_event_create()
@@ -487,6 +495,30 @@ cdef int _release_slots(PinnedHostPool pool, list slabs, int64_t nbytes) except 
     return 0
 
 
+cdef bint _take_ring(_Engine eng, CopyConfig* cfg, int dev, list slabs) except -1:
+    """The engine's own slots for this copy, when free and of the copy's slot size (their
+    pending events kept: the pipeline waits for them); else False."""
+    cdef Slab slab
+    cdef DeviceGuard guard
+    if eng.busy or (eng.ring_bytes and eng.ring_bytes != cfg.slot_bytes):
+        return False
+    eng.busy = True
+    try:
+        while len(eng.ring) < cfg.slots:
+            slab = Slab.__new__(Slab)
+            slab.ptr = c_host_alloc(cfg.slot_bytes)
+            slab.size = cfg.slot_bytes
+            slab.dev = dev
+            c_ensure_event(slab, dev)
+            eng.ring.append(slab)
+            eng.ring_bytes = cfg.slot_bytes
+    except BaseException:
+        eng.busy = False
+        raise
+    slabs.extend(eng.ring[:cfg.slots])
+    return True
+
+
 cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int64_t nbytes,
                   int dev, intptr_t s, bint h2d, bint sync, CopyConfig* cfg) except -1:
     """A pageable copy of the device range [dev_ptr, dev_ptr+nbytes) through K pinned
@@ -498,6 +530,8 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
     cdef list slabs = []
     cdef Slab slab
     cdef PinnedHostPool pool = c_default_pool()
+    cdef _Engine eng = _engine(dev)
+    cdef bint ring = False
     cdef int j
     p.host = <char*>host
     p.pieces = pieces
@@ -510,18 +544,21 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
     p.device = dev
     p.stream_stores = _stream_h2d and nbytes <= _STREAM_MAX
     p.stream = <void*>s
-    for j in range(p.k):
-        p.pending[j] = False
     epoch = c_copy_begin(p.threads)      # wakes the copy threads while the slots are found
     try:
         try:
+            ring = _take_ring(eng, cfg, dev, slabs)
+            if not ring:
+                for j in range(p.k):
+                    # whole slots (slot_bytes) even for shorter chunks: one size class to cache
+                    slab = pool.c_acquire(cfg.slot_bytes, dev)
+                    slabs.append(slab)
             for j in range(p.k):
-                # whole slots (slot_bytes) even for shorter chunks: one size class to cache
-                slab = pool.c_acquire(cfg.slot_bytes, dev)
-                slabs.append(slab)
+                slab = slabs[j]
                 c_ensure_event(slab, dev)
                 p.slot[j] = <char*>slab.ptr
                 p.event[j] = <void*>slab.event
+                p.pending[j] = slab.pending
             if h2d:
                 with nogil:
                     _pipe_h2d(&p, sync)
@@ -529,14 +566,17 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
                 with nogil:
                     _pipe_d2h(&p)
         finally:
-            for j in range(len(slabs)):   # which slots a queued DMA may still touch
+            for j in range(min(len(slabs), p.k)):   # which slots a queued DMA may still touch
                 (<Slab>slabs[j]).pending = p.pending[j]
     except BaseException:
         _settle(s, slabs)
         raise
     finally:
         c_copy_end(epoch)
-        _release_slots(pool, slabs, cfg.slot_bytes)
+        if ring:
+            eng.busy = False
+        else:
+            _release_slots(pool, slabs, cfg.slot_bytes)
     return 0
 
 

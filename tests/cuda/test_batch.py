@@ -1,0 +1,209 @@
+"""Many tensors at once on CUDA: DeviceMemoryBuffer, h2d_copy / d2h_copy, clone_tensor_ptrs_to.
+
+Against a real device the scattered paths use the copy kernel; against the CuPy
+stand-in (ETPTR_FAKE_CUPY=1) the same calls copy piece by piece, which checks the
+bookkeeping (layouts, what is freed, errors)."""
+import gc
+
+import numpy as np
+import pytest
+
+import etptr
+from etptr import ScalarType as ST
+from etptr.cuda import _copy_engine, copy_config
+
+MiB = 1 << 20
+SMALL = dict(threads=4, slot_bytes=256 * 1024, slots=3, small_copy_bytes=64 * 1024)
+
+
+def _arrays(sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, 1 << 31, n, dtype=np.int32) for n in sizes]
+
+
+MIXED = [1, 3, 0, 4096, 1000, 300_000, 1, 17, (2 * MiB) // 4 + 3, 64, 5]
+
+
+def _host(t):
+    return etptr.clone_tensor_ptr_to(t, "cpu").numpy()
+
+
+@pytest.fixture
+def hook():
+    yield
+    _copy_engine._set_chunk_hook(None)
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "pageable"])
+@pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
+def test_batched_clone_round_trip(pinned, settings, device_used):
+    arrays = _arrays(MIXED)
+    before = device_used()
+    with copy_config(**settings):
+        up = etptr.clone_tensor_ptrs_to([etptr.make_tensor_ptr(a) for a in arrays], "cuda")
+        down = etptr.clone_tensor_ptrs_to(up, "cpu", pinned=pinned)
+    for a, d, h in zip(arrays, up, down):
+        assert d.device == etptr.Device("cuda:0") and d.sizes == a.shape
+        assert h.device == etptr.Device("cpu")
+        np.testing.assert_array_equal(h.numpy(), a)
+        assert d.data_ptr % 256 == 0 or d.nbytes == 0
+    # one allocation for the device results, in order
+    ptrs = [d.data_ptr for d in up if d.nbytes]
+    assert ptrs == sorted(ptrs)
+    assert device_used() - before >= sum(a.nbytes for a in arrays)
+    del up, down, d, h
+    assert device_used() == before
+
+
+def test_batched_clone_keeps_layout_and_dynamism():
+    src = etptr.make_tensor_ptr([2, 3], list(range(6)), dim_order=[1, 0],
+                                dynamism=etptr.TensorShapeDynamism.STATIC)
+    (d,) = etptr.clone_tensor_ptrs_to([src], "cuda")
+    assert (d.sizes, d.dim_order, d.strides, d.shape_dynamism) == \
+        (src.sizes, src.dim_order, src.strides, src.shape_dynamism)
+    (h,) = etptr.clone_tensor_ptrs_to([d], "cpu")
+    np.testing.assert_array_equal(h.numpy(), src.numpy())
+
+
+@pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
+def test_copies_into_existing_scattered_tensors(settings, pool):
+    arrays = _arrays(MIXED, seed=1)
+    outs = [etptr.empty([a.size], ST.Int, device="cuda") for a in arrays]
+    srcs = [etptr.make_tensor_ptr(a) for a in arrays]
+    with copy_config(**settings):
+        assert etptr.h2d_copy(srcs, outs) == outs
+        for a, o in zip(arrays, outs):
+            np.testing.assert_array_equal(_host(o), a)
+        back = [etptr.empty([a.size], ST.Int, pinned=True) for a in arrays]
+        back += [etptr.empty([a.size], ST.Int) for a in arrays]
+        assert etptr.d2h_copy(outs + outs, back) == back
+    for a, b in zip(arrays + arrays, back):
+        np.testing.assert_array_equal(b.numpy(), a)
+
+
+def test_single_pair_copies(cp):
+    a = np.arange(10, dtype=np.float32)
+    out = etptr.empty([10], device="cuda")
+    assert etptr.h2d_copy(etptr.make_tensor_ptr(a), out) is out
+    h = etptr.empty([10], pinned=True)
+    etptr.d2h_copy(out, h)
+    np.testing.assert_array_equal(h.numpy(), a)
+
+
+def test_stream_ordered_batches(real_cupy):
+    cupy = real_cupy
+    arrays = _arrays(MIXED, seed=2)
+    s = cupy.cuda.Stream(non_blocking=True)
+    up = etptr.clone_tensor_ptrs_to([etptr.make_tensor_ptr(a) for a in arrays], "cuda", stream=s)
+    outs = [etptr.empty([a.size], ST.Int, device="cuda") for a in arrays]
+    etptr.h2d_copy([etptr.make_tensor_ptr(a) for a in arrays], outs, stream=s)
+    back = etptr.clone_tensor_ptrs_to(outs, "cpu", stream=s)
+    s.synchronize()
+    for a, d, b in zip(arrays, up, back):
+        np.testing.assert_array_equal(_host(d), a)
+        np.testing.assert_array_equal(b.numpy(), a)
+
+
+def test_many_small_tensors_round_trip():
+    arrays = _arrays([4096] * 600, seed=3)            # 600 x 16 KiB: the scratch path
+    outs = [etptr.empty([a.size], ST.Int, device="cuda") for a in arrays]
+    etptr.h2d_copy([etptr.make_tensor_ptr(a) for a in arrays], outs)
+    back = [etptr.empty([a.size], ST.Int, pinned=True) for a in arrays]
+    etptr.d2h_copy(outs, back)
+    assert all(np.array_equal(a, b.numpy()) for a, b in zip(arrays, back))
+    clones = etptr.clone_tensor_ptrs_to(outs, "cpu")
+    assert all(np.array_equal(a, c.numpy()) for a, c in zip(arrays, clones))
+
+
+def test_empty_batches():
+    assert etptr.clone_tensor_ptrs_to([], "cuda") == []
+    assert etptr.h2d_copy([], []) == []
+    assert etptr.d2h_copy([], []) == []
+
+
+def test_mismatched_pairs_are_refused_before_any_byte_moves(fake):
+    a = etptr.make_tensor_ptr(np.arange(4, dtype=np.float32))
+    good = etptr.empty([4], device="cuda")
+    cases = [
+        ([a, a], [good, etptr.empty([5], device="cuda")], r"outs\[1\]\.sizes"),
+        ([a, a], [good, etptr.empty([4], ST.Int, device="cuda")], r"outs\[1\]\.scalar_type"),
+        ([a, a], [good, etptr.empty([4])], r"outs\[1\]\.device"),
+        ([a, a], [good], "srcs has 2 tensors but outs has 1"),
+        ([a, good], [good, good], r"srcs\[1\]\.device"),
+        ([a, a], [good, etptr.make_tensor_ptr([4], None, device="cuda")], r"outs\[1\] has null"),
+    ]
+    for srcs, outs, match in cases:
+        fake.calls.clear()
+        with pytest.raises(etptr.InvalidArgumentError, match=match):
+            etptr.h2d_copy(srcs, outs)
+        assert not [c for c in fake.calls if c[0] == "memcpyAsync"]
+    t = etptr.make_tensor_ptr([2, 2], list(range(4)), type=ST.Float, dim_order=[1, 0])
+    with pytest.raises(etptr.InvalidArgumentError, match=r"out\.dim_order"):
+        etptr.h2d_copy(t, etptr.empty([2, 2], device="cuda"))
+    with pytest.raises(etptr.InvalidTypeError, match=r"outs\[0\]"):
+        etptr.h2d_copy([a], ["not a tensor"])
+
+
+def test_batch_from_two_devices_is_refused(ndev):
+    if ndev < 2:
+        pytest.skip("needs two devices")
+    x = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
+    y = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:1")
+    with pytest.raises(etptr.InvalidArgumentError, match=r"tensors\[1\]\.device"):
+        etptr.clone_tensor_ptrs_to([x, y], "cpu")
+    with pytest.raises(etptr.InvalidArgumentError, match=r"outs\[1\]\.device"):
+        etptr.h2d_copy([etptr.ones([4]), etptr.ones([4])], [x, y])
+
+
+def test_failure_part_way_frees_everything(fake, pool, device_used):
+    arrays = _arrays([100_000] * 8, seed=4)
+    srcs = [etptr.make_tensor_ptr(a) for a in arrays]
+    before = device_used()
+    fake.fail_memcpy_after = 3
+    with copy_config(**SMALL):
+        with pytest.raises(etptr.EtError, match="injected"):
+            etptr.clone_tensor_ptrs_to(srcs, "cuda")
+    fake.fail_memcpy_after = None
+    gc.collect()
+    assert device_used() == before
+    assert pool.stats()["blocks_in_use"] == 0
+
+
+def test_interrupt_between_slots_loses_nothing(hook, pool, device_used):
+    arrays = _arrays([1 << 20] * 3, seed=5)             # 12 MiB through 256 KiB slots
+    srcs = [etptr.make_tensor_ptr(a) for a in arrays]
+    before = device_used()
+
+    def interrupt(direction, i):
+        if i == 5:
+            raise KeyboardInterrupt
+
+    _copy_engine._set_chunk_hook(interrupt)
+    with copy_config(**SMALL):
+        with pytest.raises(KeyboardInterrupt):
+            etptr.clone_tensor_ptrs_to(srcs, "cuda")
+    _copy_engine._set_chunk_hook(None)
+    gc.collect()
+    assert device_used() == before and pool.stats()["blocks_in_use"] == 0
+
+
+def test_device_memory_buffer_views(alloc):
+    before = alloc.live_blocks
+    buf = etptr.DeviceMemoryBuffer.create(4096, "cuda")
+    assert buf.nbytes == 4096 and buf.device == etptr.Device("cuda:0") and buf.data_ptr
+    v = buf.tensor(256, [4, 8], ST.Float)
+    etptr.h2d_copy(etptr.make_tensor_ptr(np.arange(32, dtype=np.float32).reshape(4, 8)), v)
+    np.testing.assert_array_equal(_host(v).ravel(), np.arange(32))
+    with pytest.raises(etptr.InvalidArgumentError, match="offset=2"):
+        buf.tensor(2, [1], ST.Float)
+    with pytest.raises(etptr.InvalidArgumentError, match="run past"):
+        buf.tensor(4000, [100], ST.Float)
+    buf.close()
+    with pytest.raises(etptr.InvalidStateError, match="closed"):
+        buf.tensor(0, [1])
+    del buf
+    gc.collect()
+    assert alloc.live_blocks == before + 1      # the view keeps the memory
+    del v
+    gc.collect()
+    assert alloc.live_blocks == before
