@@ -366,3 +366,18 @@ def test_no_file_descriptor_is_left_open(tmp_path, monkeypatch):
     gc.collect()
     assert open_fds() == before
     _only(tmp_path, "ok.safetensors")
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_fsync_only_when_asked(tmp_path, monkeypatch, durable):
+    synced = []
+    real = os.fsync
+
+    def spy(fd):
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    etptr.save_safetensors({"t": etptr.ones([4])}, tmp_path / "f.safetensors", fsync=durable)
+    assert bool(synced) is durable
+    assert reference_read(tmp_path / "f.safetensors")["t"][2] == np.ones(4, np.float32).tobytes()

@@ -20,7 +20,8 @@ from etptr._core._error cimport raise_error
 from etptr._core._metadata cimport Metadata, c_nbytes, c_tuple64, c_tuple8
 from etptr._core._storage cimport (
     Storage, c_check_alive, c_device_storage, c_export_storage, c_host_storage)
-from etptr._core._tensor_ptr cimport TensorPtr, c_cpu, c_new_tensor, c_snapshot, c_tensor_arg
+from etptr._core._tensor_ptr cimport (
+    TensorPtr, c_copy_layout, c_cpu, c_new_tensor, c_set_memory, c_snapshot, c_tensor_arg)
 
 from etptr._core._args cimport c_type_name
 from etptr._core._error import Error
@@ -260,67 +261,77 @@ cdef int _check_pair(TensorPtr src, TensorPtr out, Py_ssize_t i, bint batch, bin
     return 0
 
 
+cdef DeviceAllocator _pair_allocator(TensorPtr src, TensorPtr out, bint h2d, int* index):
+    """The allocator (and device index) that owns the device side of a pair."""
+    return _owner_allocator(out if h2d else src, index)
+
+
 cdef object _copy_into(object src, object out, object stream, bint h2d):
     """h2d_copy / d2h_copy: one pair, or sequences of pairs."""
-    cdef bint batch = not isinstance(src, TensorPtr)
     cdef list srcs, outs
     cdef Py_ssize_t i, count
-    cdef TensorPtr a, b, dev_t
-    cdef DeviceAllocator alloc = None
+    cdef TensorPtr a, b, dev_t, first_dev = None
+    cdef DeviceAllocator alloc = None, found
     cdef int index = 0, index_i
     cdef _Pieces p
     cdef int64_t k = 0, nbytes
-    if batch:
-        srcs = _tensor_list(src, "srcs")
-        outs = _tensor_list(out, "outs")
-        if len(srcs) != len(outs):
-            raise_error(Error.InvalidArgument,
-                        f"srcs has {len(srcs)} tensors but outs has {len(outs)}")
-    else:
-        srcs = [c_tensor_arg(src, "src")]
-        outs = [c_tensor_arg(out, "out")]
+    if isinstance(src, TensorPtr):
+        # one pair: no lists, no arrays
+        a = <TensorPtr>src
+        b = c_tensor_arg(out, "out")
+        _check_pair(a, b, 0, False, h2d)
+        nbytes = c_nbytes(a.c_numel, a.c_type)
+        if nbytes:
+            alloc = _pair_allocator(a, b, h2d, &index)
+            if h2d:
+                alloc.c_copy_h2d(<uintptr_t>b.c_data, <uintptr_t>a.c_data, nbytes, index, stream)
+            else:
+                alloc.c_copy_d2h(<uintptr_t>b.c_data, <uintptr_t>a.c_data, nbytes, index, stream)
+        return out
+    srcs = _tensor_list(src, "srcs")
+    outs = _tensor_list(out, "outs")
+    if len(srcs) != len(outs):
+        raise_error(Error.InvalidArgument,
+                    f"srcs has {len(srcs)} tensors but outs has {len(outs)}")
     count = len(srcs)
     p = _pieces(count)
     for i in range(count):           # every check before any user code or byte moves
-        a = srcs[i]
-        b = outs[i]
-        _check_pair(a, b, i, batch, h2d)
+        a = <TensorPtr>srcs[i]
+        b = <TensorPtr>outs[i]
+        _check_pair(a, b, i, True, h2d)
         nbytes = c_nbytes(a.c_numel, a.c_type)
         if nbytes == 0:
             continue
         dev_t = b if h2d else a
-        if i > 0 and k > 0 and dev_t.c_device != (<TensorPtr>(outs[0] if h2d else srcs[0])).c_device:
+        if first_dev is None:
+            first_dev = dev_t
+        elif dev_t.c_device is not first_dev.c_device and dev_t.c_device != first_dev.c_device:
             raise_error(Error.InvalidArgument,
-                        f"{_arg('outs' if h2d else 'srcs', i, batch)}.device={dev_t.c_device}: a "
-                        f"batch copies to or from one device")
+                        f"{'outs' if h2d else 'srcs'}[{i}].device={dev_t.c_device}: a batch "
+                        f"copies to or from one device")
+        if alloc is None or dev_t.c_storage.c_allocator is not alloc:
+            found = _owner_allocator(dev_t, &index_i)
+            if alloc is None:
+                alloc, index = found, index_i
+            elif found is not alloc or index_i != index:
+                raise_error(Error.InvalidArgument,
+                            f"{'outs' if h2d else 'srcs'}[{i}].device={dev_t.c_device}: its "
+                            f"memory belongs to another allocator or device than the batch's")
+        elif dev_t.c_storage.c_index != index:
+            raise_error(Error.InvalidArgument,
+                        f"{'outs' if h2d else 'srcs'}[{i}].device={dev_t.c_device}: its memory "
+                        f"is on another device than the batch's")
         p.dst[k] = <uintptr_t>b.c_data
         p.src[k] = <uintptr_t>a.c_data
         p.n[k] = nbytes
         k += 1
     p.count = k
-    for i in range(count):           # the allocators that own the device sides
-        dev_t = outs[i] if h2d else srcs[i]
-        if (<TensorPtr>srcs[i]).c_numel == 0:
-            continue
-        found = _owner_allocator(dev_t, &index_i)
-        if alloc is None:
-            alloc, index = found, index_i
-        elif found is not alloc or index_i != index:
-            raise_error(Error.InvalidArgument,
-                        f"{_arg('outs' if h2d else 'srcs', i, batch)}.device={dev_t.c_device}: "
-                        f"its memory belongs to another allocator or device than the batch's")
     if k:
         if h2d:
-            if k == 1:
-                alloc.c_copy_h2d(p.dst[0], p.src[0], p.n[0], index, stream)
-            else:
-                alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream)
+            alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream)
         else:
-            if k == 1:
-                alloc.c_copy_d2h(p.dst[0], p.src[0], p.n[0], index, stream)
-            else:
-                alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream)
-    return outs if batch else out
+            alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream)
+    return outs
 
 
 def h2d_copy(src, out, *, stream=None):
@@ -406,9 +417,8 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
     cdef Device dst = c_device(device, "device")
     cdef list items = _tensor_list(tensors, "tensors")
     cdef Py_ssize_t count = len(items), i
-    cdef list metas = [], results = []
-    cdef TensorPtr t, first
-    cdef Metadata m
+    cdef list results = []
+    cdef TensorPtr t, r, first
     cdef int64_t total = 0, nbytes, k = 0
     cdef int64_t* offsets
     cdef _Pieces p
@@ -416,7 +426,7 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
     cdef int index
     cdef Storage s
     cdef bint h2d = dst.c_type != 0
-    cdef Device where
+    cdef Device where = dst if h2d else c_cpu()
     if count == 0:
         return []
     first = items[0]
@@ -426,22 +436,22 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
         raise MemoryError()
     try:
         for i in range(count):       # checks and snapshots before any user code runs
-            t = items[i]
-            if (t.c_device.c_type == 0) == (dst.c_type == 0):
+            t = <TensorPtr>items[i]
+            if (t.c_device.c_type == 0) != h2d:
                 raise_error(Error.NotSupported,
                             f"tensors[{i}].device={t.c_device}: clone_tensor_ptrs_to copies "
                             f"between the host and a device, not {t.c_device} -> {dst}")
-            if t.c_device != first.c_device:
+            if t.c_device is not first.c_device and t.c_device != first.c_device:
                 raise_error(Error.InvalidArgument,
                             f"tensors[{i}].device={t.c_device}: a batch comes from one device "
                             f"(tensors[0] is on {first.c_device})")
-            m = c_snapshot(t)
-            nbytes = c_nbytes(m.numel, t.c_type)
+            nbytes = c_nbytes(t.c_numel, t.c_type)
             if t.c_data == NULL and nbytes > 0:
                 raise_error(Error.InvalidArgument,
                             f"tensors[{i}] has null data: there is nothing to copy")
-            c_check_alive(t.c_storage, f"tensors[{i}]")
-            metas.append(m)
+            if t.c_storage.c_released:
+                c_check_alive(t.c_storage, f"tensors[{i}]")
+            results.append(c_copy_layout(t, t.c_type, where))
             offsets[i] = total
             if nbytes:
                 p.src[k] = <uintptr_t>t.c_data
@@ -453,11 +463,14 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
             alloc = c_allocator_for(dst.c_type, dst.c_index, "device")
             index = alloc.c_resolve_index(dst.c_index)
             s = c_device_storage(alloc, total, index, _ALIGN, stream if total else None)
-            where = c_make_device(dst.c_type, index)
+            if index != dst.c_index:
+                where = c_make_device(dst.c_type, index)
+                for i in range(count):
+                    (<TensorPtr>results[i]).c_device = where
         else:
             alloc = _owner_allocator(first, &index)
             for i in range(1, count):
-                t = items[i]
+                t = <TensorPtr>items[i]
                 if t.c_numel and t.c_storage.c_allocator is not None and \
                         (t.c_storage.c_allocator is not alloc or t.c_storage.c_index != index):
                     raise_error(Error.InvalidArgument,
@@ -469,13 +482,11 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
             else:
                 s = c_export_storage(host, total, True, f"{c_type_name(alloc)}.allocate_host")
                 host = None
-            where = c_cpu()
         k = 0
         for i in range(count):
-            t = items[i]
-            results.append(c_new_tensor(<Metadata>metas[i], t.c_type, t.c_dynamism, where, s,
-                                        s.c_ptr + <uintptr_t>offsets[i], False))
-            if (<TensorPtr>results[i]).c_nbytes():
+            r = <TensorPtr>results[i]
+            c_set_memory(r, s, s.c_ptr + <uintptr_t>offsets[i], False)
+            if r.c_numel:
                 p.dst[k] = s.c_ptr + <uintptr_t>offsets[i]
                 k += 1
         try:

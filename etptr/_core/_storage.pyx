@@ -81,6 +81,7 @@ gc.callbacks.append(_gc_phase)
 @cython.final
 @cython.no_gc_clear
 cdef class Storage:
+    # No freelist: a reused object keeps its "finalized" mark, and __del__ would not run.
     """The memory behind one or more TensorPtrs (internal)."""
 
     def __cinit__(self):

@@ -27,6 +27,8 @@ cdef class TensorPtr:
 cdef TensorPtr c_new_tensor(Metadata meta, int type, int dynamism, Device device,
                             Storage storage, uintptr_t data, bint readonly)
 cdef Metadata c_snapshot(TensorPtr t)
+cdef TensorPtr c_copy_layout(TensorPtr src, int type, Device device)
+cdef void c_set_memory(TensorPtr t, Storage storage, uintptr_t data, bint readonly) noexcept
 cdef TensorPtr c_tensor_arg(object t, str argname)
 cdef int c_type_arg(object t, int default) except -1
 cdef int c_dynamism_arg(object dynamism) except -1

@@ -91,6 +91,7 @@ cdef int c_type_arg(object t, int default) except -1:
 
 @cython.final
 @cython.no_gc_clear
+@cython.freelist(1024)
 cdef class TensorPtr:
     """A tensor: ExecuTorch metadata over memory it owns or keeps alive.
 
@@ -385,6 +386,29 @@ cdef TensorPtr c_new_tensor(Metadata meta, int type, int dynamism, Device device
     t.c_data = <void*>data
     t.c_readonly = readonly
     return t
+
+
+cdef TensorPtr c_copy_layout(TensorPtr src, int type, Device device):
+    """A tensor with ``src``'s layout now (sizes, dim_order, strides, dynamism) and no
+    memory yet: the snapshot a copy is built from, taken before any user code runs.
+    The caller gives it memory with :func:`c_set_memory` before anyone sees it."""
+    cdef TensorPtr t = TensorPtr.__new__(TensorPtr)
+    memcpy(t.c_sizes, src.c_sizes, src.c_dim * sizeof(sizes_t))
+    memcpy(t.c_dim_order, src.c_dim_order, src.c_dim * sizeof(dim_order_t))
+    memcpy(t.c_strides, src.c_strides, src.c_dim * sizeof(strides_t))
+    t.c_dim = src.c_dim
+    t.c_numel = src.c_numel
+    t.c_numel_bound = src.c_numel
+    t.c_type = type
+    t.c_dynamism = src.c_dynamism
+    t.c_device = device
+    return t
+
+
+cdef void c_set_memory(TensorPtr t, Storage storage, uintptr_t data, bint readonly) noexcept:
+    t.c_storage = storage
+    t.c_data = <void*>data
+    t.c_readonly = readonly
 
 
 cdef Metadata c_snapshot(TensorPtr t):

@@ -196,7 +196,7 @@ def _sync_dir(directory: Path) -> None:
 
 
 def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[str], *,
-                     metadata: Mapping[str, str] | None = None) -> None:
+                     metadata: Mapping[str, str] | None = None, fsync: bool = False) -> None:
     """Write tensors to a safetensors file that the ``safetensors`` library reads bit for bit.
 
     Tensors are written in the order the ``safetensors`` library itself uses
@@ -204,7 +204,9 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
     its element size; the header is padded with spaces to a multiple of 8
     bytes. Each tensor's elements go in row-major (C) order whatever its
     dim_order. The file is written under a temporary name in the same
-    directory, synced, and renamed to ``path`` once complete.
+    directory and renamed to ``path`` once complete, so ``path`` never holds a
+    partial checkpoint. Device tensors come down in groups through pinned
+    memory while the previous group is written.
 
     Parameters
     ----------
@@ -219,6 +221,12 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
         replaced, only when the new one is complete.
     metadata : dict of str to str, optional
         Written as the header's ``__metadata__``.
+    fsync : bool
+        True: flush the file, and the directory's entry for it, to the storage
+        device before returning (the checkpoint survives a power loss; the save
+        then runs at the disk's speed). False (the default, as the
+        ``safetensors`` library and ``torch.save`` do): the data is in the page
+        cache on return.
 
     Raises
     ------
@@ -248,7 +256,8 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
                     _write_all(fd, data)
             finally:
                 stream.close()
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, final)
@@ -260,4 +269,5 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
         if isinstance(exc, OSError):
             raise CheckpointError(f"{final}: cannot be written ({exc.strerror or exc})") from exc
         raise
-    _sync_dir(final.parent)
+    if fsync:
+        _sync_dir(final.parent)
