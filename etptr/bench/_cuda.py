@@ -2,8 +2,8 @@
 
 Every device-side call of the peers goes through CuPy (and torch, when it is
 importable and sees CUDA). etptr itself is driven only through its public
-API: ``clone_tensor_ptr_to`` and, when it exists, ``etptr.empty(...,
-pinned=True)`` for a page-locked source.
+API: ``clone_tensor_ptr_to``, ``clone_tensor_ptrs_to`` (the batched round trip)
+and, when it exists, ``etptr.empty(..., pinned=True)`` for a page-locked source.
 
 Synchronisation: a case's ``sync`` is ``cudaDeviceSynchronize`` on the
 benchmarked device (``torch.cuda.synchronize`` for torch cases), called
@@ -195,13 +195,19 @@ def checkpoint_cases(env: CudaEnv, names, arrays, tensors, line_bytes: int) -> P
 
     bad = None
     if env.etptr_ok:
+        clones_to = etptr.clone_tensor_ptrs_to
         on_dev = [clone_to(t, dev) for t in tensors]
         back = [clone_to(d, "cpu") for d in on_dev]
+        batch_dev = clones_to(tensors, dev)
+        batch_back = clones_to(batch_dev, "cpu")
         env.sync()
-        bad = mismatches(names, arrays, back)
-        del back
+        bad = mismatches(names, arrays, back) + [
+            f"{n} (batched)" for n in mismatches(names, arrays, batch_back)]
+        del back, batch_back
         add("etptr.h2d", lambda: [clone_to(t, dev) for t in tensors])
         add("etptr.d2h", lambda: [clone_to(d, "cpu") for d in on_dev])
+        add("etptr_batch.h2d", lambda: clones_to(tensors, dev))
+        add("etptr_batch.d2h", lambda: clones_to(batch_dev, "cpu"))
     plain = [plain_view(a) for a in arrays]
     cp_dev = [cp.asarray(a) for a in plain]
     add("cupy.h2d", lambda: [cp.asarray(a) for a in plain])

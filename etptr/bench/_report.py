@@ -47,8 +47,13 @@ def fmt_size_short(nbytes: int) -> str:
 
 
 def fmt_gbps(value) -> str:
-    """GB/s with one decimal, ``"-"`` when not measured."""
-    return "-" if value is None else f"{value:.1f}"
+    """GB/s with one decimal; below 0.1 GB/s in MB/s with its unit (a tiny checkpoint's
+    rate is not "0.0"); ``"-"`` when not measured."""
+    if value is None:
+        return "-"
+    if value < 0.1:
+        return f"{value * 1000:.1f} MB/s"
+    return f"{value:.1f}"
 
 
 def fmt_ratio(value) -> str:

@@ -1,0 +1,127 @@
+"""File <-> device parts of ``etptr-bench``: loading a checkpoint onto the GPU and writing
+it back, for etptr and the loaders people use, and the bit-for-bit checks.
+
+File -> GPU: ``etptr.load_safetensors(device=)``, ``safetensors.torch.load_file(device=)``
+(when torch is importable) and the safetensors library's numpy reading followed by one
+``cupy.asarray`` per tensor. GPU -> file: ``etptr.save_safetensors`` and ``.cpu()`` of
+each torch tensor followed by ``safetensors.torch.save_file``. Every path reads the same
+files from a warm page cache (they are read once before timing starts) and writes into
+a temporary directory. Without CUDA, the CPU forms are timed: ``load_safetensors(device=
+"cpu")`` (zero-copy views of the mapped files) and saving CPU tensors.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+import etptr
+from etptr.bench._host import mismatches, plain_view
+from etptr.bench._timing import Case
+
+
+def warm(files) -> None:
+    """Read every file once, so that the timed passes find it in the page cache."""
+    for f in files:
+        with open(f, "rb") as fh:
+            while fh.read(64 << 20):
+                pass
+
+
+def _loaded_mismatches(names, arrays, loaded: dict) -> list:
+    """Tensors of ``loaded`` (by the reference's names) that differ from the reference."""
+    tensors = []
+    for name in names:
+        t = loaded[name.split(":", 1)[-1]] if name not in loaded else loaded[name]
+        tensors.append(t if t.device.is_cpu() else etptr.clone_tensor_ptr_to(t, "cpu"))
+    return mismatches(names, arrays, tensors)
+
+
+@dataclass
+class FileCases:
+    """The file <-> device cases of one run, and what the checks found."""
+
+    cases: list = field(default_factory=list)
+    load_bad: Optional[list] = None      # tensors etptr.load_safetensors got wrong
+    save_bad: Optional[list] = None      # tensors etptr.save_safetensors wrote wrong
+    tmpdir: Any = None
+
+    def close(self) -> None:
+        if self.tmpdir is not None:
+            self.tmpdir.cleanup()
+            self.tmpdir = None
+
+
+def file_cases(env, paths, ckpt, progress: bool) -> FileCases:
+    """Checks, then the timed cases, for files -> ``env.device`` and back (or the CPU
+    forms without CUDA). ``ckpt`` is the safetensors library's own reading of ``paths``
+    (:func:`etptr.bench._checkpoint.load`), the reference for every check."""
+    import tempfile
+
+    out = FileCases(tmpdir=tempfile.TemporaryDirectory(prefix="etptr-bench-"))
+    nbytes, count = ckpt.nbytes, len(ckpt.arrays)
+    warm(ckpt.files)
+    device = env.device if env.available and env.etptr_ok else "cpu"
+    target = os.path.join(out.tmpdir.name, "etptr.safetensors")
+    # Each argument is one checkpoint (a file or an index: names are unique within it).
+    # Untimed first: load (with a progress bar for large checkpoints), check, save, check.
+    from etptr.bench._checkpoint import load as reference_load
+    args = [str(p) for p in paths]
+    references = [reference_load([a]) for a in args] if len(args) > 1 else [ckpt]
+    loaded = [etptr.load_safetensors(a, device, progress=progress or None) for a in args]
+    targets = [os.path.join(out.tmpdir.name, f"etptr{i}.safetensors") for i in range(len(args))]
+    out.load_bad, out.save_bad = [], []
+    for ref, got, target in zip(references, loaded, targets):
+        out.load_bad += _loaded_mismatches(ref.names, ref.arrays, got)
+        etptr.save_safetensors(got, target)
+        out.save_bad += _loaded_mismatches(ref.names, ref.arrays,
+                                           etptr.load_safetensors(target, "cpu"))
+    sync = env.sync if device != "cpu" else None
+    key = "file" if device != "cpu" else "file.cpu"
+
+    def add(name, label, fn, sync=sync):
+        out.cases.append(Case(f"{key}.{name}", label, fn, nbytes=nbytes, count=count, sync=sync))
+
+    add("etptr.load", f"etptr.load_safetensors(device={device!r})",
+        lambda: [etptr.load_safetensors(a, device, progress=False) for a in args])
+    add("etptr.save", "etptr.save_safetensors",
+        lambda: [etptr.save_safetensors(got, t) for got, t in zip(loaded, targets)])
+    if device == "cpu":
+        return out
+    cp, torch = env.cupy, env.torch
+    add("cupy.load", "safetensors (numpy) + cupy.asarray per tensor",
+        lambda: [cp.asarray(plain_view(a)) for a in reference_load(paths).arrays])
+    if torch is not None:
+        import safetensors.torch as st_torch
+        dev = f"cuda:{env.index}"
+        files = [str(f) for f in ckpt.files]
+        t_loaded = {}
+        for f in files:
+            t_loaded.update(st_torch.load_file(f, device=dev))
+        torch_target = os.path.join(out.tmpdir.name, "torch.safetensors")
+        add("torch.load", f"safetensors.torch.load_file(device={dev!r})",
+            lambda: [st_torch.load_file(f, device=dev) for f in files], env.torch_sync)
+        add("torch.save", ".cpu() + safetensors.torch.save_file",
+            lambda: st_torch.save_file({k: v.cpu() for k, v in t_loaded.items()}, torch_target),
+            env.torch_sync)
+    return out
+
+
+def plot_bars(rows, path, title: str) -> None:
+    """A horizontal bar chart of ``rows`` = [(label, GB/s)] to ``path`` (PNG)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [(label, value) for label, value in rows if value is not None]
+    fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
+    ax.barh([r[0] for r in rows][::-1], [r[1] for r in rows][::-1], color="#4477aa")
+    ax.set_xlabel("GB/s (1e9 bytes per second)")
+    ax.set_title(title)
+    for i, (_, value) in enumerate(rows[::-1]):
+        ax.text(value, i, f" {value:.1f}", va="center", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
