@@ -145,13 +145,14 @@ def test_device_tensors(tmp_path, host_alloc, monkeypatch):
     transposed = etptr.clone_tensor_ptr_to(
         etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64), dim_order=[1, 0]), "cuda:0")
     fetched = []
-    real = etptr.checkpoint._device._fetch_group
+    real = etptr.checkpoint._device._copy_device_bytes
 
-    def spy(group):
-        fetched.extend(t.sizes for t in group)
-        return real(group)
+    def spy(tensors, dsts):
+        assert [d.nbytes for d in dsts] == [t.nbytes for t in tensors]
+        fetched.extend(t.sizes for t in tensors)
+        return real(tensors, dsts)
 
-    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_group", spy)
+    monkeypatch.setattr(etptr.checkpoint._device, "_copy_device_bytes", spy)
     path = tmp_path / "dev.safetensors"
     etptr.save_safetensors(on_device | {"transposed": transposed}, path)
     expected = arrays | {"transposed": np.arange(6, dtype=np.int64).reshape(3, 2).T}
@@ -273,56 +274,48 @@ def _old_file(tmp_path):
     return path
 
 
-def test_fetch_failing_part_way_leaves_nothing(tmp_path, host_alloc, monkeypatch):
+def test_device_copy_failing_part_way_leaves_nothing(tmp_path, host_alloc, monkeypatch):
     tensors = {f"t{i}": etptr.clone_tensor_ptr_to(etptr.full([64], float(i)), "cuda:0")
                for i in range(4)}
     calls = []
-    real = etptr.checkpoint._device._fetch_group
 
-    def flaky(group):
-        calls.append(len(group))
-        if len(calls) == 3:
-            raise etptr.MemoryAllocationError("the device went away")
-        return real(group)
+    class Flaky(etptr.testing.HostDeviceAllocator):
+        def copy_device_to_host(self, dst, src, nbytes, index):
+            calls.append(nbytes)
+            if len(calls) == 3:
+                raise etptr.MemoryAllocationError("the device went away")
+            super().copy_device_to_host(dst, src, nbytes, index)
 
-    monkeypatch.setattr(etptr.checkpoint._device, "SAVE_GROUP", 256)   # one tensor a group
-    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_group", flaky)
-    path = _old_file(tmp_path)
-    with pytest.raises(etptr.MemoryAllocationError, match="went away"):
-        etptr.save_safetensors(tensors, path)
+    flaky = Flaky()
+    with etptr.testing.use_allocator(flaky):
+        on_flaky = {k: etptr.clone_tensor_ptr_to(etptr.clone_tensor_ptr_to_cpu(t), "cuda:0")
+                    for k, t in tensors.items()}
+        path = _old_file(tmp_path)
+        with pytest.raises(etptr.MemoryAllocationError, match="went away"):
+            etptr.save_safetensors(on_flaky, path)
     assert len(calls) == 3
     assert path.read_bytes() == b"the previous checkpoint"
     _only(tmp_path, "ckpt.safetensors")
 
 
-def test_fetch_returning_the_wrong_size(tmp_path, host_alloc, monkeypatch):
+def test_the_device_copy_seam_gets_the_file_pieces(tmp_path, host_alloc, monkeypatch):
     t = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
-    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_group",
-                        lambda group: [np.zeros(3, np.uint8) for _ in group])
-    with pytest.raises(CheckpointError, match="tensor 't': 3 bytes came back for a tensor of 16"):
-        etptr.save_safetensors({"t": t}, tmp_path / "x.safetensors")
-    _only(tmp_path)
 
+    def write_twos(tensors, dsts):
+        for d in dsts:
+            np.frombuffer(d, np.float32)[:] = 2.0
 
-def test_fetch_returning_a_buffer(tmp_path, host_alloc, monkeypatch):
-    t = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
-    monkeypatch.setattr(etptr.checkpoint._device, "_fetch_group",
-                        lambda group: [bytearray(np.full(4, 2.0, np.float32).tobytes())])
+    monkeypatch.setattr(etptr.checkpoint._device, "_copy_device_bytes", write_twos)
     etptr.save_safetensors({"t": t}, tmp_path / "x.safetensors")
     assert reference_read(tmp_path / "x.safetensors")["t"][2] == np.full(4, 2.0, np.float32).tobytes()
 
 
-def test_disk_full_part_way_leaves_nothing(tmp_path, monkeypatch):
-    writes = []
-    real = etptr.checkpoint._save._write_all
+def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
+    # the file's space is reserved before any data moves: a full disk is an error there
+    def no_space(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    def full_after_two(fd, data):
-        writes.append(data.nbytes)
-        if len(writes) > 2:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(fd, data)
-
-    monkeypatch.setattr(etptr.checkpoint._save, "_write_all", full_after_two)
+    monkeypatch.setattr(etptr.checkpoint._save.os, "posix_fallocate", no_space)
     path = _old_file(tmp_path)
     tensors = {f"t{i}": etptr.full([1000], 1.0) for i in range(4)}
     with pytest.raises(CheckpointError, match="cannot be written .No space left on device") as info:
@@ -333,12 +326,17 @@ def test_disk_full_part_way_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_interrupt_part_way_leaves_nothing(tmp_path, monkeypatch):
-    def interrupted(fd, data):
-        raise KeyboardInterrupt
+    calls = []
 
-    monkeypatch.setattr(etptr.checkpoint._save, "_write_all", interrupted)
+    def interrupted(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(etptr.checkpoint._save._host_copy, "parallel_copy", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        etptr.save_safetensors({"a": _GOOD}, tmp_path / "x.safetensors")
+        etptr.save_safetensors({"a": _GOOD, "b": _GOOD, "c": _GOOD}, tmp_path / "x.safetensors")
+    assert len(calls) == 2
     _only(tmp_path)
 
 
@@ -359,8 +357,8 @@ def test_no_file_descriptor_is_left_open(tmp_path, monkeypatch):
 
     before = open_fds()
     etptr.save_safetensors({"a": _GOOD}, tmp_path / "ok.safetensors")
-    monkeypatch.setattr(etptr.checkpoint._save, "_write_all",
-                        lambda fd, data: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    monkeypatch.setattr(etptr.checkpoint._save.os, "posix_fallocate",
+                        lambda fd, offset, length: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
     with pytest.raises(CheckpointError):
         etptr.save_safetensors({"a": _GOOD}, tmp_path / "bad.safetensors")
     gc.collect()

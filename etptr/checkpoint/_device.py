@@ -9,21 +9,20 @@ as one pipelined copy: its threads copy the page cache into pinned slots while
 the previous slot's DMA runs. No tensor is copied on the host first. The
 tensors are views of the buffer; its memory returns when the last one dies.
 
-Saving: device tensors come down in groups of up to 64 MiB, each group as one
-batched clone into a page-locked block, fetched by a helper thread while the
-previous group is written to the file.
+Saving: the output file is mapped; device tensors come down in groups of up to
+64 MiB, each group one batched ``d2h_copy`` whose copy threads write the bytes
+straight into the file's pages.
 """
 from __future__ import annotations
 
-import concurrent.futures
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from etptr._core import _host_copy
 from etptr._core._device import Device
-from etptr._core._device_copy import clone_tensor_ptr_to_cpu, clone_tensor_ptrs_to, h2d_copy
+from etptr._core._device_copy import clone_tensor_ptr_to_cpu, d2h_copy, h2d_copy
 from etptr._core._device_memory import DeviceMemoryBuffer
 from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._scalar_type import ScalarType
@@ -33,7 +32,7 @@ from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
 from etptr.checkpoint._plan import CheckpointPlan
 from etptr.checkpoint._progress import Progress
 
-__all__ = ["_fetch_group", "_fetch_to_host", "_load_to_device", "_stream_bytes"]
+__all__ = ["_copy_device_bytes", "_fetch_to_host", "_load_to_device"]
 
 #: Bytes moved per batched copy while loading, so that progress advances on large files.
 LOAD_STEP = 256 << 20
@@ -127,39 +126,41 @@ def _row_major(t: TensorPtr) -> bool:
     return t.dim_order == tuple(range(t.dim()))
 
 
-def _groups(tensors: Sequence[TensorPtr]) -> list[list[TensorPtr]]:
-    """Consecutive tensors in groups of at most SAVE_GROUP bytes (one tensor at least)."""
-    groups: list[list[TensorPtr]] = []
-    size = SAVE_GROUP
-    for t in tensors:
-        if size + t.nbytes > SAVE_GROUP and (not groups or groups[-1]):
-            groups.append([])
-            size = 0
-        groups[-1].append(t)
-        size += t.nbytes
-    return groups
+def _copy_device_bytes(tensors: Sequence[TensorPtr], dsts: Sequence[memoryview]) -> None:
+    """Copy each device tensor's bytes, in row-major (C) order, into the writable host
+    buffer of the same length beside it (a piece of the mapped output file).
 
+    Row-major tensors go in groups of up to SAVE_GROUP bytes, each group one batched
+    ``d2h_copy``: a kernel gathers the small ones on the device, the bytes come down
+    through pinned slots, and the copy threads scatter them into the file's pages.
+    Other tensors are fetched one by one through a contiguous copy.
 
-def _fetch_group(group: list[TensorPtr]) -> list[object]:
-    """One group of device tensors on the host: for each, a buffer of its bytes in
-    row-major (C) order. Row-major tensors come down as one batched clone into one
-    page-locked block; others one by one through a contiguous copy."""
-    if all(_row_major(t) for t in group):
-        return [host.numpy() for host in clone_tensor_ptrs_to(group, "cpu")]
-    return [_fetch_to_host(t) for t in group]
-
-
-def _stream_bytes(tensors: Sequence[TensorPtr]) -> Iterator[object]:
-    """The row-major bytes of each device tensor of ``tensors``, in order; the next group
-    is fetched by a helper thread while the caller writes the current one."""
-    groups = _groups(tensors)
-    if not groups:
-        return
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="etptr-save") as pool:
-        pending = pool.submit(_fetch_group, groups[0])
-        for i in range(len(groups)):
-            views = pending.result()
-            if i + 1 < len(groups):
-                pending = pool.submit(_fetch_group, groups[i + 1])
-            yield from views
-            del views
+    Raises
+    ------
+    NotFoundError
+        No allocator is registered for a tensor's device.
+    """
+    srcs: list[TensorPtr] = []
+    outs: list[TensorPtr] = []
+    size = 0
+    try:
+        for t, dst in zip(tensors, dsts):
+            if not _row_major(t):
+                np.frombuffer(dst, np.uint8)[:] = _fetch_to_host(t).reshape(-1).view(np.uint8)
+                continue
+            srcs.append(make_tensor_ptr([t.nbytes], t.data_ptr, type=ScalarType.Byte,
+                                        device=t.device))
+            outs.append(make_tensor_ptr([t.nbytes], dst, type=ScalarType.Byte))
+            size += t.nbytes
+            if size >= SAVE_GROUP:
+                d2h_copy(srcs, outs)
+                srcs.clear()
+                outs.clear()
+                size = 0
+        if srcs:
+            d2h_copy(srcs, outs)
+    finally:
+        # the views export the mapped file's buffer: let go of them even on an error (a
+        # traceback would otherwise keep them, and the map could not be closed)
+        srcs.clear()
+        outs.clear()

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import os
 import secrets
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from etptr._core import _host_copy
 from etptr._core._device_allocator import get_device_allocator
 from etptr._core._error import NotFoundError
 from etptr._core._tensor_ptr import TensorPtr
@@ -25,10 +27,6 @@ from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import DTYPE_NAMES, MAX_HEADER_BYTES, SAFETENSORS_DTYPES, dtype_rank
 
 __all__ = ["save_safetensors"]
-
-# os.write moves at most about 2 GiB at once on Linux; write in pieces of this many bytes.
-_WRITE_PIECE = 1 << 30
-
 
 class _Item(NamedTuple):
     name: str
@@ -123,56 +121,64 @@ def _header(order: list[_Item], metadata: dict[str, str] | None) -> bytes:
     return len(text).to_bytes(8, "little") + text
 
 
-def _as_bytes(data: object, name: str, nbytes: int) -> memoryview:
-    if isinstance(data, np.ndarray):
-        view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
-    else:
-        try:
-            view = memoryview(data).cast("B")  # type: ignore[arg-type]
-        except (TypeError, ValueError) as exc:
-            raise CheckpointError(f"tensor {name!r}: its fetched data is not one contiguous "
-                                  f"buffer ({exc})") from None
-    if view.nbytes != nbytes:
-        raise CheckpointError(f"tensor {name!r}: {view.nbytes} bytes came back for a tensor of "
-                              f"{nbytes} bytes")
-    return view
-
-
-def _tensor_bytes(order: list[_Item]) -> Iterator[tuple[_Item, memoryview]]:
-    """Each item with bytes and its elements in row-major order, as bytes, in order. Runs
-    of device tensors are streamed (:func:`etptr.checkpoint._device._stream_bytes`)."""
+def _fill(mapped: memoryview, base: int, offset: int, order: list[_Item]) -> None:
+    """Copy every tensor's row-major bytes into the mapped file at ``offset`` onwards, in
+    ``order``: CPU tensors by the copy threads, runs of device tensors as batched
+    device -> host copies (see :func:`etptr.checkpoint._device._copy_device_bytes`)."""
+    threads = min(16, _host_copy.cpu_count())
     i = 0
     while i < len(order):
-        it = order[i]
-        t = it.tensor
-        if not t.nbytes:
+        t = order[i].tensor
+        n = t.nbytes
+        if not n:
             i += 1
             continue
         if t.device.is_cpu():
             # a dim_order other than 0..n-1 gives a strided view; ascontiguousarray copies it
-            yield it, _as_bytes(np.ascontiguousarray(t.numpy()), it.name, t.nbytes)
+            data = np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8)
+            _host_copy.parallel_copy(base + offset, data.ctypes.data, n, threads)
+            offset += n
             i += 1
             continue
-        run = []
+        run: list[TensorPtr] = []
+        dsts: list[memoryview] = []
         while i < len(order) and order[i].tensor.nbytes and not order[i].tensor.device.is_cpu():
-            run.append(order[i])
+            u = order[i].tensor
+            run.append(u)
+            dsts.append(mapped[offset:offset + u.nbytes])
+            offset += u.nbytes
             i += 1
-        for item, data in zip(run, _device._stream_bytes([r.tensor for r in run])):
-            yield item, _as_bytes(data, item.name, item.tensor.nbytes)
+        try:
+            _device._copy_device_bytes(run, dsts)
+        finally:
+            for d in dsts:
+                d.release()
 
 
-def _write_all(fd: int, data: memoryview) -> None:
-    """Write every byte of ``data`` to ``fd`` (``os.write`` may write fewer)."""
-    done = 0
-    while done < data.nbytes:
-        done += os.write(fd, data[done:done + _WRITE_PIECE])
+def _write_mapped(fd: int, header: bytes, order: list[_Item]) -> None:
+    """The whole file through a shared mapping of it: space reserved first (a full disk is
+    an error here, not a fault later), the header, then every tensor's bytes."""
+    total = len(header) + sum(it.tensor.nbytes for it in order)
+    os.posix_fallocate(fd, 0, total)
+    mm = mmap.mmap(fd, total, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    mapped = memoryview(mm)
+    try:
+        mapped[:len(header)] = header
+        base = np.frombuffer(mapped, np.uint8).ctypes.data
+        _fill(mapped, base, len(header), order)
+    finally:
+        try:
+            mapped.release()
+            mm.close()
+        except BufferError:      # a failure left a view alive: the map closes when it dies
+            pass
 
 
 def _create_temp(final: Path) -> tuple[int, Path]:
     for _ in range(16):
         tmp = final.with_name(f".{final.name[:200]}.{secrets.token_hex(6)}.tmp")
         try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
+            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
         except FileExistsError:
             continue
         except OSError as exc:
@@ -249,13 +255,7 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
     fd, tmp = _create_temp(final)
     try:
         try:
-            _write_all(fd, memoryview(header))
-            stream = _tensor_bytes(order)
-            try:
-                for _, data in stream:
-                    _write_all(fd, data)
-            finally:
-                stream.close()
+            _write_mapped(fd, header, order)
             if fsync:
                 os.fsync(fd)
         finally:

@@ -206,14 +206,19 @@ _DRIVER_SYMBOLS = (b"cuCtxGetCurrent", b"cuCtxSetCurrent", b"cuCtxGetDevice", b"
                    b"cuMemcpyDtoDAsync_v2", b"cuStreamSynchronize", b"cuEventRecord",
                    b"cuEventSynchronize", b"cuEventQuery", b"cuStreamWaitEvent",
                    b"cuPointerGetAttribute", b"cuGetErrorName", b"cuLaunchKernel",
-                   b"cuModuleLoadData", b"cuModuleGetFunction")
+                   b"cuModuleLoadData", b"cuModuleGetFunction", b"cuPointerGetAttributes")
 cdef int _REQUIRED = 15
-cdef void* _sym[18]
+cdef void* _sym[19]
+
+ctypedef int (*_f_attrs)(unsigned int n, int* attrs, void** data,
+                         unsigned long long ptr) noexcept nogil
+cdef _f_attrs _cuPointerGetAttributes = NULL
 
 
 cdef bint _load_driver():
     """Point the table at libcuda's functions; False (shims stay) when one is missing."""
     global _cuDeviceGet, _cuDevicePrimaryCtxRetain, _cuGetErrorName, _driver_why
+    global _cuPointerGetAttributes
     cdef void* lib = dlopen(b"libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
     cdef const char* err
     cdef bytes name
@@ -246,6 +251,7 @@ cdef bint _load_driver():
     api.pointer_attr = <f_attr>_sym[13]
     _cuGetErrorName = <_f_name>_sym[14]
     api.launch = <f_launch>_sym[15]
+    _cuPointerGetAttributes = <_f_attrs>_sym[18]
     api.driver = True
     _driver_why = ""
     return True
@@ -632,12 +638,23 @@ cdef uintptr_t c_range_start(uintptr_t address) except? 0:
 
 cdef int c_check_device_range(uintptr_t address, int64_t nbytes, str argname) except -1:
     """Refuse a copy that would run past the end of the device allocation holding
-    ``address`` (asked of the driver), before any byte is read or written."""
+    ``address`` (asked of the driver, in one call where it can), before any byte is read
+    or written."""
     cdef unsigned long long start = 0, size = 0
-    if c_pointer_attr(&start, ATTR_RANGE_START, address) != 0:
-        return 0              # not an allocation the driver can describe: leave it to CUDA
-    if c_pointer_attr(&size, ATTR_RANGE_SIZE, address) != 0 or size == 0:
-        return 0
+    cdef int attrs[2]
+    cdef void* data[2]
+    if api.driver and _cuPointerGetAttributes != NULL:
+        attrs[0] = ATTR_RANGE_START
+        attrs[1] = ATTR_RANGE_SIZE
+        data[0] = &start
+        data[1] = &size
+        if _cuPointerGetAttributes(2, attrs, data, address) != 0 or size == 0:
+            return 0          # not an allocation the driver can describe: leave it to CUDA
+    else:
+        if c_pointer_attr(&start, ATTR_RANGE_START, address) != 0:
+            return 0
+        if c_pointer_attr(&size, ATTR_RANGE_SIZE, address) != 0 or size == 0:
+            return 0
     if address < start or <uint64_t>nbytes > size - (address - start):
         raise_error(Error.InvalidArgument,
                     f"nbytes={nbytes}: {argname}={address:#x} is {address - start} bytes into a "
