@@ -8,21 +8,24 @@ from etptr import ScalarType as ST
 
 from _helpers import run_isolated
 
-# An independent model of ExecuTorch's canCast (scalar_type_util.h).
-COMPLEX = {ST.ComplexHalf, ST.ComplexFloat, ST.ComplexDouble}
-FLOATING = {ST.Half, ST.Float, ST.Double, ST.BFloat16, ST.Float8_e5m2, ST.Float8_e4m3fn,
-            ST.Float8_e5m2fnuz, ST.Float8_e4m3fnuz}
-INTEGRAL = {ST.Byte, ST.Char, ST.Short, ST.Int, ST.Long}  # isIntegralType(t, false)
+# An independent model of ExecuTorch's canCast (scalar_type_util.h), written by name
+# from the three predicates it combines.
+COMPLEX = {"ComplexHalf", "ComplexFloat", "ComplexDouble"}              # isComplexType
+FLOATING = {"Half", "Float", "Double", "BFloat16"}                      # isFloatingType
+INTEGRAL = {"Byte", "Char", "Short", "Int", "Long"}                     # isIntegralType(t, false)
+NAMES = ["Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double", "ComplexHalf",
+         "ComplexFloat", "ComplexDouble", "Bool", "QInt8", "QUInt8", "QInt32", "BFloat16",
+         "QUInt4x2", "QUInt2x4", "Bits1x8", "Bits2x4", "Bits4x2", "Bits8", "Bits16",
+         "Float8_e5m2", "Float8_e4m3fn", "Float8_e5m2fnuz", "Float8_e4m3fnuz", "UInt16",
+         "UInt32", "UInt64"]
 
 
 def model_can_cast(a, b):
-    if a in COMPLEX and b not in COMPLEX:
-        return False
-    if a in FLOATING and b in INTEGRAL:
-        return False
-    if a != ST.Bool and b == ST.Bool:
-        return False
-    return True
+    """canCast on names: refuse complex -> non-complex, floating -> integral, non-Bool -> Bool."""
+    complex_to_real = a in COMPLEX and b not in COMPLEX
+    float_to_int = a in FLOATING and b in INTEGRAL
+    to_bool = a != "Bool" and b == "Bool"
+    return not (complex_to_real or float_to_int or to_bool)
 
 
 NUMPY = {
@@ -42,11 +45,25 @@ def test_thirty_scalar_types():
     assert [int(t) for t in ST] == list(range(30))
 
 
-@pytest.mark.parametrize("src", list(ST), ids=lambda t: t.name)
-def test_can_cast_matches_executorch_rules(src):
-    got = {dst: etptr.can_cast(src, dst) for dst in ST}
-    assert got == {dst: model_can_cast(src, dst) for dst in ST}
+def test_can_cast_whole_table_matches_executorch_rules():
+    assert [t.name for t in ST] == NAMES  # the model's codes are ExecuTorch's
+    got = {(a, b): etptr.can_cast(code_a, code_b)
+           for code_a, a in enumerate(NAMES) for code_b, b in enumerate(NAMES)}
     assert all(type(v) is bool for v in got.values())
+    want = {(a, b): model_can_cast(a, b) for a in NAMES for b in NAMES}
+    assert len(got) == 900
+    assert {k for k in got if got[k] != want[k]} == set()
+    assert sum(want.values()) == 900 - 29 - 3 * 27 - 4 * 5 + 3  # the three rules overlap thrice
+
+
+@pytest.mark.parametrize("src", [ST.Float8_e5m2, ST.Float8_e4m3fn, ST.Float8_e5m2fnuz,
+                                 ST.Float8_e4m3fnuz], ids=lambda t: t.name)
+def test_float8_is_not_floating_for_can_cast(src):
+    # Regression: the Float8 types were treated as floating and refused integral targets.
+    for dst in (ST.Byte, ST.Char, ST.Short, ST.Int, ST.Long):
+        assert etptr.can_cast(src, dst) is True
+    assert etptr.can_cast(src, ST.Bool) is False
+    assert etptr.can_cast(ST.Byte, src) is True
 
 
 def test_can_cast_accepts_plain_and_numpy_ints():

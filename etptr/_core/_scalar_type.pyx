@@ -72,8 +72,9 @@ cdef inline bint _is_complex(int t) noexcept nogil:
 
 
 cdef inline bint _is_floating(int t) noexcept nogil:
-    # isFloatingType: Half, Float, Double, BFloat16 and the Float8 family.
-    return t == 5 or t == 6 or t == 7 or t == 15 or 23 <= t <= 26
+    # isFloatingType: Half, Float, Double and BFloat16 only (the Float8 types are not
+    # floating there, so canCast lets them reach the integral types).
+    return t == 5 or t == 6 or t == 7 or t == 15
 
 
 cdef inline bint _is_integral(int t) noexcept nogil:
@@ -121,11 +122,34 @@ def element_size(t):
 
 
 def can_cast(from_t, to_t):
-    """Whether a value of ``from_t`` may be cast to ``to_t`` (ExecuTorch ``canCast``).
+    """Whether a value of ``from_t`` may be cast to ``to_t``.
 
-    Refuses complex -> non-complex, floating (Half, BFloat16, Float, Double,
-    Float8) -> Byte/Char/Short/Int/Long, and any non-Bool -> Bool. UInt16/32/64
-    are not integral for this rule.
+    Mirrors ExecuTorch ``canCast``, which refuses three things and allows every
+    other pair:
+
+    * complex (ComplexHalf, ComplexFloat, ComplexDouble) -> non-complex;
+    * floating (``isFloatingType``: Half, Float, Double, BFloat16) -> integral
+      (``isIntegralType(t, false)``: Byte, Char, Short, Int, Long);
+    * any type but Bool -> Bool.
+
+    The Float8 types are not floating for the second rule and UInt16/32/64 are
+    not integral for it, so ``can_cast(Float8_e5m2, Byte)`` and
+    ``can_cast(Float, UInt32)`` are True.
+
+    Parameters
+    ----------
+    from_t, to_t : ScalarType or int code
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    InvalidTypeError
+        An argument is not a ScalarType or int.
+    InvalidArgumentError
+        An argument is an int outside ExecuTorch's codes.
     """
     return bool(c_can_cast(c_scalar_type(from_t, "from_t"), c_scalar_type(to_t, "to_t")))
 
