@@ -36,6 +36,30 @@ def test_error_members_are_executorch_codes():
     assert Error(18) is Error.InvalidArgument
 
 
+@pytest.mark.parametrize("name", list(ET_CODES))
+def test_error_str_and_format_give_the_name(name):
+    # Regression: str() gave the code ("18") on Python 3.11+ and "Error.InvalidArgument" before.
+    e = Error[name]
+    assert str(e) == f"{e}" == format(e) == name
+    assert f"{e:d}" == str(ET_CODES[name]) and f"{e:#x}" == hex(ET_CODES[name])
+    assert f"{e:<40}" == name.ljust(40)
+    assert e == ET_CODES[name] and pickle.loads(pickle.dumps(e)) is e
+
+
+def test_named_int_enum_base():
+    # The shared base of etptr's ExecuTorch enums, for other modules' enums too.
+    from etptr._core._error import NamedIntEnum
+
+    class Colour(NamedIntEnum):
+        RED = 0
+        GREEN = 1
+
+    assert issubclass(Colour, int) and issubclass(Error, NamedIntEnum)
+    assert (str(Colour.GREEN), f"{Colour.GREEN}", f"{Colour.GREEN:03d}") == ("GREEN", "GREEN", "001")
+    assert repr(Colour.RED) == "<Colour.RED: 0>" and Colour(1) is Colour.GREEN
+    assert Colour.GREEN + 1 == 2 and sorted([Colour.GREEN, Colour.RED]) == [0, 1]
+
+
 @pytest.mark.parametrize("cls", list(CLASSES), ids=lambda c: c.__name__)
 def test_hierarchy_and_default_code(cls):
     builtin, code = CLASSES[cls]

@@ -66,6 +66,15 @@ def test_float8_is_not_floating_for_can_cast(src):
     assert etptr.can_cast(ST.Byte, src) is True
 
 
+@pytest.mark.parametrize("stype", list(ST), ids=lambda t: t.name)
+def test_str_is_executorch_to_string(stype):
+    # Regression: str() gave the code ("6") on Python 3.11+ and "ScalarType.Float" before;
+    # ExecuTorch's toString(ScalarType) gives the enumerator's name.
+    assert str(stype) == f"{stype}" == format(stype) == NAMES[stype]
+    assert f"{stype:d}" == str(int(stype)) and f"{stype:>20}" == NAMES[stype].rjust(20)
+    assert f"{stype!r}" == f"<ScalarType.{NAMES[stype]}: {int(stype)}>"
+
+
 def test_can_cast_accepts_plain_and_numpy_ints():
     assert etptr.can_cast(3, 6) is True
     assert etptr.can_cast(np.int64(6), np.uint8(3)) is False

@@ -1,11 +1,12 @@
 """Type stubs for etptr._core._scalar_type: ScalarType, element sizes, canCast, NumPy mapping."""
-from enum import IntEnum
 from typing import Any, TypeAlias
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-class ScalarType(IntEnum):
+from etptr._core._error import NamedIntEnum
+
+class ScalarType(NamedIntEnum):
     Byte = 0
     Char = 1
     Short = 2

@@ -2,16 +2,18 @@
 
 Mirrors ``runtime/core/exec_aten/util/scalar_type_util.h``.
 """
-from enum import IntEnum
-
 import numpy as np
 
 from etptr._core._error cimport raise_error
-from etptr._core._error import Error
+from etptr._core._error import Error, NamedIntEnum
 
 
-class ScalarType(IntEnum):
-    """ExecuTorch ``ScalarType`` with ExecuTorch's own codes."""
+class ScalarType(NamedIntEnum):
+    """ExecuTorch ``ScalarType`` with ExecuTorch's own codes.
+
+    ``str()`` gives the name ExecuTorch's ``toString(ScalarType)`` gives
+    (``"Float"``); ``int()`` gives the code (6).
+    """
     Byte = 0
     Char = 1
     Short = 2
