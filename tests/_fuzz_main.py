@@ -145,8 +145,15 @@ def perms(max_n=6):
 
 dim_orders = st.one_of(seqs(), perms())
 strides_s = st.one_of(seqs(), st.lists(st.integers(-2, 40), max_size=6))
+# names and NumPy dtypes, good and bad, besides ScalarTypes and codes
+TYPE_SPELLINGS = ["Float", "BFloat16", "Float8_e5m2", "QInt8", "UInt64", "float", "half", "",
+                  "Flaot", " Float", np.str_("Half"), np.str_("x"), np.float16, np.int64,
+                  np.dtype("int32"), np.dtype(np.bool_), ml_dtypes.bfloat16,
+                  ml_dtypes.float8_e4m3fn, np.dtype(">f4"), np.longdouble, np.floating,
+                  np.generic, np.object_, np.dtype("U3"), np.dtype("i4,f4"), ml_dtypes.int4,
+                  float, int, bool, np.bool_(True)]
 types = st.one_of(st.sampled_from(list(ScalarType)), st.integers(-3, 40), odd, st.none(),
-                  st.sampled_from(BIG))
+                  st.sampled_from(BIG), st.sampled_from(TYPE_SPELLINGS))
 dynamisms = st.one_of(st.sampled_from(list(TensorShapeDynamism)), st.integers(-2, 5), odd)
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1", "cuda:-1", "cuda:127", "cuda:128", "cuda:-2",
            "CUDA", " cpu ", "cuda:", "cuda:x", "tpu", "", "cpu:0", "cuda:1:2",
@@ -454,11 +461,22 @@ def fuzz_resize(n):
                 n)(_resize)
 
 
+def spelled(type_):
+    """The ScalarType a type= spelling means (None for None or a refused spelling)."""
+    if type_ is None:
+        return None
+    try:
+        return etptr.empty([0], type=type_).scalar_type
+    except EtError:
+        return None
+
+
 def _clone(src, type_):
     t = call(etptr.clone_tensor_ptr, src, type_)
     if t is not None:
         check_metadata(t)
         assert (t.sizes, t.dim_order, t.strides) == (src.sizes, src.dim_order, src.strides)
+        type_ = spelled(type_)
         if type_ is None or type_ == src.scalar_type:
             assert t.scalar_type == src.scalar_type
             if src.data_ptr and src.numel():

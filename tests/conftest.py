@@ -6,10 +6,15 @@
   one test (HostDeviceAllocator, and a Python DeviceAllocator subclass whose
   calls can be made to fail);
 * the ``cuda`` marker: tests marked ``@pytest.mark.cuda`` are skipped unless
-  CuPy imports and sees a CUDA device.
+  CuPy imports and sees a CUDA device;
+* three cases of ``test_tensor_ptr.py::test_raw_metadata_errors`` that expect a
+  ScalarType name or a NumPy dtype to be refused as ``type=``, which the
+  contract now accepts, are expected to fail (strictly) until that file is
+  brought up to date.
 """
 import gc
 
+import numpy as np
 import pytest
 
 import etptr
@@ -28,6 +33,24 @@ def _restore_allocator_registry():
     for dt, alloc in before.items():
         if etptr.get_device_allocator(dt) is not alloc:
             _replace_allocator(dt, alloc)
+
+
+# type= spellings that were refused and are now accepted (a name, a NumPy dtype).
+_NOW_ACCEPTED_TYPES = ("Float", np.float32, np.dtype("f4"))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if getattr(item, "originalname", None) != "test_raw_metadata_errors" or callspec is None:
+            continue
+        kwargs = callspec.params.get("kwargs")
+        spelled = kwargs.get("type") if isinstance(kwargs, dict) else None
+        if callspec.params.get("cls") is etptr.InvalidTypeError and any(
+                type(spelled) is type(v) and spelled == v for v in _NOW_ACCEPTED_TYPES):
+            item.add_marker(pytest.mark.xfail(
+                strict=True, raises=pytest.fail.Exception,
+                reason="type= now accepts ScalarType names and NumPy dtypes"))
 
 
 def pytest_runtest_setup(item):

@@ -134,14 +134,16 @@ def test_raised_exception_pickles_with_its_code():
     (lambda: etptr.make_tensor_ptr([-1], None), etptr.InvalidArgumentError, Error.InvalidArgument),
     (lambda: etptr.make_tensor_ptr([2], [1.5, 2.5], type=etptr.ScalarType.Int),
      etptr.InvalidTypeError, Error.InvalidType),
-    (lambda: etptr.make_tensor_ptr([2], None, type="Float"), etptr.InvalidTypeError, Error.InvalidType),
+    (lambda: etptr.make_tensor_ptr([2], None, type=1.5), etptr.InvalidTypeError, Error.InvalidType),
+    (lambda: etptr.make_tensor_ptr([2], None, type="float"), etptr.InvalidArgumentError,
+     Error.InvalidArgument),
     (lambda: etptr.scalar_type_to_numpy(etptr.ScalarType.QInt8),
      etptr.NotSupportedError, Error.NotSupported),
     (lambda: etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([1.0]), "cpu"),
      etptr.NotSupportedError, Error.NotSupported),
     (lambda: etptr.empty([1 << 61], type=etptr.ScalarType.Byte),
      etptr.MemoryAllocationError, Error.MemoryAllocationFailed),
-], ids=["InvalidArgument", "refused-cast", "bad-type-arg", "NotSupported", "cpu-to-cpu", "MemoryAllocation"])
+], ids=["InvalidArgument", "refused-cast", "bad-type-arg", "bad-type-name", "NotSupported", "cpu-to-cpu", "MemoryAllocation"])
 def test_errors_raised_by_the_api_carry_their_code(call, cls, code):
     with pytest.raises(cls) as info:
         call()

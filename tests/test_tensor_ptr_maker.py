@@ -65,7 +65,8 @@ def test_for_blob_over_a_buffer_keeps_it_alive():
 
 
 @pytest.mark.parametrize("setup, cls, fragment", [
-    (lambda m: m.type("x"), etptr.InvalidTypeError, "type must be"),
+    (lambda m: m.type("x"), etptr.InvalidArgumentError, "type='x' is not a ScalarType name"),
+    (lambda m: m.type(1.5), etptr.InvalidTypeError, "type must be"),
     (lambda m: m.type(40), etptr.InvalidArgumentError, "type=40"),
     (lambda m: m.dim_order([1, 1]), etptr.InvalidArgumentError, "dim_order=(1, 1)"),
     (lambda m: m.strides([1, 1]), etptr.InvalidArgumentError, "strides=(1, 1)"),
@@ -332,7 +333,8 @@ def test_full_int64_limits():
     ([1 << 62], {"type": ST.Double}, etptr.InvalidArgumentError, "byte count overflows"),
     (None, {}, etptr.InvalidArgumentError, "sizes must be a sequence"),
     ("22", {}, etptr.InvalidTypeError, "sizes must be a sequence"),
-    ([2], {"type": "f"}, etptr.InvalidTypeError, "type must be"),
+    ([2], {"type": "f"}, etptr.InvalidArgumentError, "type='f' is not a ScalarType name"),
+    ([2], {"type": 1.5}, etptr.InvalidTypeError, "type must be"),
     ([2], {"type": 31}, etptr.InvalidArgumentError, "type=31"),
     ([2], {"dynamism": 4}, etptr.InvalidArgumentError, "dynamism=4"),
     ([2], {"device": "npu"}, etptr.InvalidArgumentError, "device='npu'"),
@@ -472,3 +474,47 @@ def test_device_makers_without_allocator():
 def test_bfloat16_makers_match_ml_dtypes():
     t = etptr.full([3], 1.1, type=ST.BFloat16)
     assert t.numpy().tolist() == np.full(3, 1.1).astype(ml_dtypes.bfloat16).tolist()
+
+
+@pytest.mark.parametrize("spelling, stype", [
+    ("Half", ST.Half), (np.float16, ST.Half), (np.dtype("int32"), ST.Int),
+    (ml_dtypes.bfloat16, ST.BFloat16), ("UInt16", ST.UInt16), (np.dtype("float64"), ST.Double),
+], ids=repr)
+def test_makers_take_every_scalar_type_spelling(spelling, stype):
+    # Regression: type= took only a ScalarType or an int code.
+    other = etptr.zeros([2, 3])
+    made = [
+        etptr.empty([2], spelling), etptr.empty_strided([2], [1], type=spelling),
+        etptr.empty_like(other, spelling), etptr.full([2], 1, type=spelling),
+        etptr.full_strided([2], [1], 1, type=spelling), etptr.full_like(other, 1, type=spelling),
+        etptr.scalar_tensor(1, type=spelling), etptr.zeros([2], type=spelling),
+        etptr.zeros_like(other, type=spelling), etptr.ones([2], type=spelling),
+        etptr.ones_like(other, type=spelling), etptr.rand([2], type=spelling),
+        etptr.rand_strided([2], [1], type=spelling), etptr.rand_like(other, type=spelling),
+        etptr.randn([2], type=spelling), etptr.randn_strided([2], [1], type=spelling),
+        etptr.randn_like(other, type=spelling), etptr.randint(0, 2, [2], type=spelling),
+        etptr.randint_strided(0, 2, [2], [1], type=spelling),
+        etptr.randint_like(other, 0, 2, type=spelling),
+        etptr.from_blob(np.zeros(16, np.uint8), [2], spelling),
+        etptr.for_blob(np.zeros(16, np.uint8), [2], spelling).make_tensor_ptr(),
+        etptr.for_blob(None, [2]).type(spelling).make_tensor_ptr(),
+    ]
+    assert [t.scalar_type for t in made] == [stype] * len(made)
+    assert all(type(t.scalar_type) is ST for t in made)
+    assert etptr.ones([2], type=spelling).numpy().astype(np.float64).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("bad, cls, fragment", [
+    ("half", etptr.InvalidArgumentError, "type='half' is not a ScalarType name; close names: Half"),
+    ("int32", etptr.InvalidArgumentError, "pass numpy.dtype('int32')"),
+    (np.longdouble, etptr.InvalidTypeError, "type=dtype('float128') has no ExecuTorch ScalarType"),
+    (float, etptr.InvalidTypeError, "type must be an etptr.ScalarType"),
+    (1.5, etptr.InvalidTypeError, "got 1.5 of type float"),
+])
+def test_makers_refuse_bad_type_spellings(bad, cls, fragment):
+    for make in (lambda: etptr.zeros([2], type=bad), lambda: etptr.full([2], 1, type=bad),
+                 lambda: etptr.rand_like(etptr.zeros([2]), type=bad),
+                 lambda: etptr.for_blob(None, [2], bad).make_tensor_ptr()):
+        with pytest.raises(cls) as info:
+            make()
+        assert fragment in str(info.value)

@@ -9,6 +9,12 @@ host memory they allocate (the result for ``device="cpu"``, the staging
 buffer of a filled device result) from the CUDA allocator's page-locked pool
 (``allocate_host``), so that clones to the GPU go in one DMA; without a CUDA
 allocator it raises ``NotFoundError``.
+
+Every ``type`` argument takes a :class:`ScalarType`, its int code, its name
+(``"BFloat16"``) or a NumPy dtype (``numpy.float16``, ``numpy.dtype("int32")``,
+``ml_dtypes.bfloat16``); a name that is not a ScalarType's raises
+``InvalidArgumentError`` listing close names, a dtype without a ScalarType
+``InvalidTypeError``.
 """
 cimport cython
 from libc.string cimport memset
@@ -76,7 +82,7 @@ cdef class TensorPtrMaker:
         raise TypeError("use etptr.for_blob(data, sizes, type) to get a TensorPtrMaker")
 
     def type(self, type):
-        """type(type) -> TensorPtrMaker: set the ScalarType."""
+        """type(type) -> TensorPtrMaker: set the ScalarType (a ScalarType, code, name or NumPy dtype)."""
         self._type = type
         return self
 
@@ -119,7 +125,7 @@ def for_blob(data, sizes, type=6):
     ----------
     data : int address, None, or a buffer (kept alive)
     sizes : sequence of int, length ndim
-    type : ScalarType
+    type : ScalarType, int code, ScalarType name or NumPy dtype
     """
     cdef TensorPtrMaker m = TensorPtrMaker.__new__(TensorPtrMaker)
     m._data = data
@@ -227,7 +233,7 @@ def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
     Parameters
     ----------
     sizes : sequence of int, length ndim
-    type : ScalarType
+    type : ScalarType, int code, ScalarType name or NumPy dtype
     device : Device or str; a device tensor is allocated through the registry
     pinned : bool; a CPU tensor in page-locked memory from the CUDA
         allocator's pool (``allocate_host``), returned to the pool when it dies
