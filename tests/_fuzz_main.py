@@ -298,8 +298,12 @@ def tensors(draw, max_dim=4):
         b = np.ascontiguousarray(a.transpose(order)).transpose(np.argsort(order)) if a.ndim else a
         return etptr.make_tensor_ptr(b, dynamism=dyn) if b.ndim else etptr.make_tensor_ptr(b)
     if kind == "zeros":
+        # zero bytes of any type (zeros() fills only the types ExecuTorch's full fills)
         st_ = draw(st.sampled_from(list(ScalarType)))
-        return etptr.zeros(draw(small_sizes), st_, dyn)
+        t = etptr.empty(draw(small_sizes), st_, dyn)
+        if t.nbytes:
+            ctypes.memset(t.data_ptr, 0, t.nbytes)
+        return t
     if kind == "null":
         return etptr.make_tensor_ptr(draw(small_sizes), None, type=draw(st.sampled_from(list(ScalarType))),
                                      dynamism=dyn)

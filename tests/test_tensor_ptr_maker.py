@@ -154,20 +154,123 @@ def test_empty_strided_and_zero_size():
     assert (s.sizes, s.numel(), s.shape_dynamism) == ((), 1, Dyn.STATIC)
 
 
+INF = float("inf")
+F32_MAX = float(np.finfo(np.float32).max)
+
+
 @pytest.mark.parametrize("value, stype, expected", [
     (7, ST.Float, 7.0), (2.5, ST.Double, 2.5), (-3, ST.Int, -3), (1 << 40, ST.Long, 1 << 40),
-    (3, ST.Half, 3.0), (1.5, ST.BFloat16, 1.5), (1.5, ST.Float8_e4m3fn, 1.5),
-    (True, ST.Bool, True), (0.0, ST.Bool, False), (300, ST.Byte, 44), (-1, ST.UInt64, (1 << 64) - 1),
-    (2.75, ST.UInt16, 2), (np.float32(0.5), ST.Float, 0.5), (np.int8(-2), ST.Long, -2),
-    (np.True_, ST.Bool, True), (2.5, ST.ComplexFloat, 2.5 + 0j),
+    (3, ST.Half, 3.0), (1.5, ST.BFloat16, 1.5), (True, ST.Bool, True), (False, ST.Bool, False),
+    (np.True_, ST.Bool, True), (2, ST.Bool, True), (-7, ST.Bool, True), (0, ST.Bool, False),
+    (255, ST.Byte, 255), (0, ST.Byte, 0), (-128, ST.Char, -128), (127, ST.Char, 127),
+    (-32768, ST.Short, -32768), (-(1 << 31), ST.Int, -(1 << 31)), ((1 << 63) - 1, ST.Long, (1 << 63) - 1),
+    (65535, ST.UInt16, 65535), ((1 << 32) - 1, ST.UInt32, (1 << 32) - 1),
+    ((1 << 63) - 1, ST.UInt64, (1 << 63) - 1),
+    # UInt64: extract_scalar's range check compares in unsigned arithmetic, so -1 wraps
+    (-1, ST.UInt64, (1 << 64) - 1), (-(1 << 63), ST.UInt64, 1 << 63),
+    (np.float32(0.5), ST.Float, 0.5), (np.int8(-2), ST.Long, -2), (np.uint16(7), ST.Byte, 7),
+    (INF, ST.Half, INF), (-INF, ST.Float, -INF), (INF, ST.BFloat16, INF), (-INF, ST.Double, -INF),
+    (65504.0, ST.Half, 65504.0), (-65504.0, ST.Half, -65504.0), (F32_MAX, ST.Float, F32_MAX),
+    (1e300, ST.Double, 1e300), (-1e308, ST.Double, -1e308), (3.3895313892515355e38, ST.BFloat16,
+                                                             3.3895313892515355e38),
+    # an int into a floating type is converted through double, with no range check
+    (70000, ST.Half, INF), (-70000, ST.Half, -INF), (1 << 62, ST.Float, float(1 << 62)),
+    ((1 << 63) - 1, ST.BFloat16, 9.223372036854775808e18), (3, ST.Double, 3.0),
 ])
 def test_full_values(value, stype, expected):
     t = etptr.full([2, 2], value, type=stype)
     assert t.scalar_type is stype
     got = t.numpy()
-    if stype in (ST.BFloat16, ST.Float8_e4m3fn):
+    if stype is ST.BFloat16:
         got = got.astype(np.float64)
     assert got.tolist() == [[expected] * 2] * 2
+    assert etptr.scalar_tensor(value, type=stype).numpy().astype(got.dtype).tolist() == expected
+
+
+@pytest.mark.parametrize("stype", [ST.Half, ST.Float, ST.Double, ST.BFloat16])
+def test_full_nan_fills_floating_types(stype):
+    assert np.isnan(etptr.full([3], float("nan"), type=stype).numpy().astype(np.float64)).all()
+    assert np.isnan(etptr.full([1], np.float16("nan"), type=stype).numpy().astype(np.float64)).all()
+
+
+def test_full_half_and_bfloat16_convert_from_float32():
+    # Half(float) and BFloat16(float): the double is rounded to float first, as in C++
+    v = 1.0 + 2.0 ** -11 + 2.0 ** -40   # rounds up in one step, to 1 (a tie) through float32
+    assert etptr.full([1], v, type=ST.Half).numpy().tolist() == [1.0]
+    assert float(np.float16(v)) == 1.0 + 2.0 ** -10
+    w = 1.0 + 2.0 ** -8 + 2.0 ** -40
+    assert etptr.full([1], w, type=ST.BFloat16).numpy().astype(float).tolist() == [1.0]
+
+
+@pytest.mark.parametrize("value, stype, fragment", [
+    # a float or a bool into an integral type
+    (3.5, ST.Int, "fill_value=3.5 cannot fill a ScalarType.Int tensor"),
+    (3.0, ST.Long, "fill_value=3.0 cannot fill a ScalarType.Long tensor"),
+    (1.5, ST.UInt16, "takes only an int (not a float) for an integral type"),
+    (0.0, ST.Byte, "(not a float)"), (np.float32(2), ST.UInt64, "(not a float)"),
+    (True, ST.Int, "fill_value=True cannot fill a ScalarType.Int tensor"),
+    (np.True_, ST.Byte, "(not a bool)"), (False, ST.UInt64, "(not a bool)"),
+    # a float into Bool, a bool into a floating type
+    (0.0, ST.Bool, "fill_value=0.0 cannot fill a ScalarType.Bool tensor"),
+    (np.float16(1), ST.Bool, "takes only a bool or an int for Bool"),
+    (True, ST.Float, "fill_value=True cannot fill a ScalarType.Float tensor"),
+    (False, ST.Half, "(not a bool) for a floating type"), (np.True_, ST.BFloat16, "(not a bool)"),
+    # an int outside an integral type's range
+    (300, ST.Byte, "fill_value=300 is outside the range of ScalarType.Byte (0..255)"),
+    (-1, ST.Byte, "fill_value=-1 is outside the range of ScalarType.Byte (0..255)"),
+    (70000, ST.Short, "fill_value=70000 is outside the range of ScalarType.Short (-32768..32767)"),
+    (128, ST.Char, "(-128..127)"), (-129, ST.Char, "(-128..127)"), (1 << 31, ST.Int, "ScalarType.Int"),
+    (-1, ST.UInt16, "ScalarType.UInt16 (0..65535)"), (65536, ST.UInt16, "(0..65535)"),
+    (-1, ST.UInt32, "ScalarType.UInt32 (0..4294967295)"), (1 << 32, ST.UInt32, "(0..4294967295)"),
+    (np.int64(-5), ST.Byte, "fill_value=np.int64(-5) is outside"),
+    # a finite float outside a floating type's range
+    (1e300, ST.Float, "fill_value=1e+300 is outside the range of ScalarType.Float"),
+    (1e10, ST.Half, "fill_value=10000000000.0 is outside the range of ScalarType.Half"),
+    (65505.0, ST.Half, "up to +-65504.0"), (-65520.0, ST.Half, "ScalarType.Half"),
+    (3.5e38, ST.Float, "ScalarType.Float"), (-1e39, ST.BFloat16, "ScalarType.BFloat16"),
+    (np.float64(1e39), ST.BFloat16, "fill_value=np.float64(1e+39) is outside"),
+])
+def test_full_refuses_what_extract_scalar_refuses(value, stype, fragment, host_alloc):
+    # Regression: these were cast silently (3.5 -> 3, 300 -> 44, 1e300 -> inf, True -> 1).
+    other = etptr.zeros([2], type=stype)
+    for make in (lambda: etptr.full([2], value, type=stype),
+                 lambda: etptr.full_strided([2], [1], value, type=stype),
+                 lambda: etptr.full_like(other, value),
+                 lambda: etptr.scalar_tensor(value, type=stype),
+                 lambda: etptr.full([2], value, type=stype, device="cuda")):
+        with pytest.raises(etptr.InvalidArgumentError) as info:
+            make()
+        assert fragment in str(info.value)
+        assert str(info.value).startswith("fill_value=")
+    assert host_alloc.allocate_count == 0  # refused before anything was allocated
+
+
+UNFILLABLE = [t for t in ST if t not in (ST.Byte, ST.Char, ST.Short, ST.Int, ST.Long, ST.Half,
+                                          ST.Float, ST.Double, ST.Bool, ST.BFloat16, ST.UInt16,
+                                          ST.UInt32, ST.UInt64)]
+
+
+@pytest.mark.parametrize("stype", UNFILLABLE, ids=lambda t: t.name)
+def test_filling_makers_refuse_types_executorch_does_not_fill(stype, host_alloc):
+    # ExecuTorch's full_strided and random_strided abort for types outside
+    # ET_SWITCH_REALHBBF16_AND_UINT_TYPES; zeros and ones are full(0) and full(1).
+    assert len(UNFILLABLE) == 17
+    other = etptr.empty([2], stype)
+    for make in (lambda: etptr.full([2], 1, type=stype), lambda: etptr.full_like(other, 0),
+                 lambda: etptr.scalar_tensor(0, type=stype), lambda: etptr.zeros([2], type=stype),
+                 lambda: etptr.zeros_like(other), lambda: etptr.ones([2], type=stype),
+                 lambda: etptr.ones_like(other), lambda: etptr.rand([2], type=stype),
+                 lambda: etptr.rand_like(other), lambda: etptr.randn([2], type=stype),
+                 lambda: etptr.randint(0, 2, [2], type=stype),
+                 lambda: etptr.randint_like(other, 0, 2),
+                 lambda: etptr.zeros([2], type=stype, device="cuda")):
+        with pytest.raises(etptr.NotSupportedError) as info:
+            make()
+        msg = str(info.value)
+        assert msg.startswith(f"type=ScalarType.{stype.name} cannot be filled")
+        assert "empty()" in msg
+    assert host_alloc.allocate_count == 0
+    assert etptr.empty([2], stype).scalar_type is stype
 
 
 def test_full_strided_zeros_ones_scalar():
@@ -176,22 +279,11 @@ def test_full_strided_zeros_ones_scalar():
     assert etptr.zeros([3], type=ST.Double).numpy().tolist() == [0.0] * 3
     assert etptr.ones([2], type=ST.Bool).numpy().tolist() == [True, True]
     assert etptr.ones([2], type=ST.BFloat16).numpy().astype(float).tolist() == [1.0, 1.0]
-    q = etptr.zeros([5], type=ST.QInt8)  # zeros works for every type: it writes zero bytes
-    assert ctypes.string_at(q.data_ptr, 5) == b"\0" * 5
+    assert etptr.ones([2], type=ST.UInt64).numpy().tolist() == [1, 1]
+    assert etptr.zeros([2], type=ST.Bool).numpy().tolist() == [False, False]
+    assert etptr.zeros([2], type=ST.Half).numpy().tobytes() == b"\0" * 4
     s = etptr.scalar_tensor(4, type=ST.Int)
     assert (s.sizes, s.shape_dynamism, s.numpy()[()]) == ((), Dyn.STATIC, 4)
-
-
-@pytest.mark.parametrize("maker", [
-    lambda: etptr.full([2], 1, type=ST.QInt8),
-    lambda: etptr.ones([2], type=ST.ComplexHalf),
-    lambda: etptr.rand([2], type=ST.Bits8),
-    lambda: etptr.randn([2], type=ST.QUInt4x2),
-    lambda: etptr.randint(0, 4, [2], type=ST.QInt32),
-])
-def test_filled_makers_need_a_host_representation(maker):
-    with pytest.raises(etptr.NotSupportedError, match="has no NumPy dtype"):
-        maker()
 
 
 def test_rand_and_randn():
@@ -320,7 +412,7 @@ def test_full_fill_values_executorch_scalar_cannot_hold(value, cls, fragment):
 def test_full_int64_limits():
     assert etptr.full([1], (1 << 63) - 1, type=ST.Long).numpy().tolist() == [(1 << 63) - 1]
     assert etptr.full([1], -(1 << 63), type=ST.Long).numpy().tolist() == [-(1 << 63)]
-    assert etptr.full([1], 1e300, type=ST.Float).numpy().tolist() == [float("inf")]
+    assert etptr.full([1], 1e300, type=ST.Double).numpy().tolist() == [1e300]
 
 
 @pytest.mark.parametrize("maker", [etptr.empty, etptr.zeros, etptr.ones, etptr.rand, etptr.randn,
