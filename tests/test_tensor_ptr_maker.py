@@ -300,6 +300,32 @@ def test_rand_and_randn():
     assert ns.scalar_type is ST.BFloat16
 
 
+@pytest.mark.parametrize("stype, shape, largest", [
+    # 1e4 BFloat16 samples and 1e5 Half samples: rounding straight to the narrow type would
+    # reach 1.0 about 20 times (every draw within epsilon/4 of 1 rounds up to it)
+    (ST.BFloat16, [100, 100], 1 - 2 ** -8), (ST.Half, [1000, 100], 1 - 2 ** -11),
+])
+@pytest.mark.parametrize("like", [False, True])
+def test_rand_half_and_bfloat16_stay_below_one(stype, shape, largest, like):
+    # ExecuTorch's rand_strided lowers the upper bound to 1 - epsilon/2 of the type.
+    etptr.manual_seed(2024)
+    t = etptr.rand_like(etptr.empty(shape, stype)) if like else etptr.rand(shape, type=stype)
+    v = t.numpy().astype(np.float64)
+    assert t.scalar_type is stype
+    assert v.min() >= 0.0 and v.max() < 1.0
+    assert v.max() <= largest              # the largest value of the type below one
+    assert (v == largest).any()             # and it is reached
+    assert 0.45 < v.mean() < 0.55
+
+
+def test_rand_and_randn_draw_32_bit_floats():
+    # ExecuTorch draws float (not double) samples and casts them to the tensor's type.
+    etptr.manual_seed(5)
+    for fn in (etptr.rand, etptr.randn):
+        v = fn([1000], type=ST.Double).numpy()
+        assert (v.astype(np.float32).astype(np.float64) == v).all()
+
+
 @pytest.mark.parametrize("seed, cls", [
     ("x", etptr.InvalidTypeError), (1.5, etptr.InvalidTypeError), (-1, etptr.InvalidArgumentError),
 ])

@@ -270,14 +270,29 @@ cdef object _fill_with_value(object scalar, object fill_value, int type, str arg
     return fill
 
 
-def _fill_uniform(a):
-    with np.errstate(all="ignore"):
-        a[...] = _rng.random(a.shape).astype(a.dtype)
+cdef object _uniform_fill(int type):
+    # ExecuTorch's rand_strided draws floats from [0, upper) and casts them; for Half and
+    # BFloat16, upper is 1 - epsilon/2 of that type, so that rounding never reaches 1.0.
+    if type == 5:
+        upper = np.float32(1.0 - 2.0 ** -11)             # Half: epsilon 2**-10
+    elif type == 15:
+        upper = np.float32(1.0 - 2.0 ** -8)              # BFloat16: epsilon 2**-7
+    else:
+        upper = None
+
+    def fill(a):
+        x = _rng.random(a.shape, dtype=np.float32)
+        if upper is not None:
+            x *= upper
+        with np.errstate(all="ignore"):
+            a[...] = x.astype(a.dtype)
+    return fill
 
 
 def _fill_normal(a):
+    # ExecuTorch's randn_strided draws float (32-bit) normals and casts them
     with np.errstate(all="ignore"):
-        a[...] = _rng.standard_normal(a.shape).astype(a.dtype)
+        a[...] = _rng.standard_normal(a.shape, dtype=np.float32).astype(a.dtype)
 
 
 def _fill_ints(low, high):
@@ -485,6 +500,11 @@ def rand(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
     """Uniform samples in [0, 1) cast to ``type`` (ExecuTorch ``rand``; an
     integral type therefore gives zeros, Bool gives True but for exact zeros).
 
+    Samples are 32-bit floats, as ExecuTorch draws them. For Half and
+    BFloat16 they are drawn from [0, 1 - epsilon/2) of that type (ExecuTorch
+    lowers the bound the same way), so rounding to the narrow type never
+    gives 1.0.
+
     Raises
     ------
     NotSupportedError
@@ -492,25 +512,29 @@ def rand(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
     InvalidArgumentError
         Bad sizes.
     """
-    return _filled(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_uniform, pinned)
+    cdef Metadata meta = _meta(sizes, None)
+    cdef int t = c_type_arg(type, 6)
+    return _filled(meta, t, c_dynamism_arg(dynamism), c_device(device, "device"),
+                   _uniform_fill(t), pinned)
 
 
 def rand_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
     """:func:`rand` with the layout ``strides`` describe (ExecuTorch ``rand_strided``).
     """
-    return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
-                   c_device(device, "device"), _fill_uniform, pinned)
+    cdef Metadata meta = _meta(sizes, strides)
+    cdef int t = c_type_arg(type, 6)
+    return _filled(meta, t, c_dynamism_arg(dynamism), c_device(device, "device"),
+                   _uniform_fill(t), pinned)
 
 
 def rand_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
     """:func:`rand` with ``other``'s sizes and strides (ExecuTorch ``rand_like``).
     """
     cdef TensorPtr o = c_tensor_arg(other, "other")
-    return _filled(_like_meta(o), c_type_arg(type, o.c_type),
-                   c_dynamism_arg(dynamism),
+    cdef int t = c_type_arg(type, o.c_type)
+    return _filled(_like_meta(o), t, c_dynamism_arg(dynamism),
                    o.c_device if device is None else c_device(device, "device"),
-                   _fill_uniform, pinned)
+                   _uniform_fill(t), pinned)
 
 
 def randn(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
