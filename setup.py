@@ -1,12 +1,18 @@
-"""Build script: the one place that lists the compiled modules and the Cython directives."""
+"""Build script: the one place that lists the compiled modules and the Cython directives.
+
+Every ``etptr/**/*.pyx`` is one extension module. The modules are cythonized when
+they are built (``build_ext``), not when this file is read, so that making an
+sdist needs neither Cython nor NumPy. ``ETPTR_CYTHON_DEBUG=1`` turns on Cython's
+run-time checks.
+"""
 import os
 from pathlib import Path
 
-import numpy
-from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
+DEBUG = os.environ.get("ETPTR_CYTHON_DEBUG") == "1"
 
 DIRECTIVES = {
     "language_level": 3,
@@ -14,7 +20,7 @@ DIRECTIVES = {
     "embedsignature": False,   # binding=True: inspect.signature() and help() read the signature
     "cdivision": True,
 }
-if os.environ.get("ETPTR_CYTHON_DEBUG") == "1":
+if DEBUG:
     DIRECTIVES.update(initializedcheck=True, nonecheck=True)
 MACROS = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
 if os.environ.get("ETPTR_COVERAGE") == "1":
@@ -26,6 +32,7 @@ THREADED = {"etptr._core._staging"}
 
 
 def extensions():
+    """One Extension per .pyx under etptr/; refuses to build a package without any."""
     exts = []
     for pyx in sorted(HERE.glob("etptr/**/*.pyx")):
         rel = pyx.relative_to(HERE)
@@ -39,20 +46,46 @@ def extensions():
             libs.append("dl")
         exts.append(Extension(
             name, [str(rel)],
-            include_dirs=[numpy.get_include()],
             define_macros=MACROS,
             extra_compile_args=flags,
             extra_link_args=link,
             libraries=libs,
         ))
+    if not exts:
+        raise SystemExit(
+            f"etptr: no etptr/**/*.pyx under {HERE.resolve()}: there is no compiled core to "
+            "build, and etptr does not work without it. Build from a checkout of the "
+            "repository or from an sdist that carries the .pyx sources.")
     return exts
 
 
+class cythonize_build_ext(build_ext):
+    """build_ext that cythonizes the modules first (Cython and NumPy are build requirements).
+
+    Cythonizing in ``run`` (not ``finalize_options``) keeps ``sdist``, which only
+    asks build_ext for its source files, from needing Cython or NumPy.
+    """
+
+    def run(self):
+        import numpy
+        from Cython.Build import cythonize
+
+        for ext in self.extensions:
+            ext.include_dirs.append(numpy.get_include())
+        generated = cythonize(
+            self.extensions,
+            compiler_directives=DIRECTIVES,
+            build_dir="build/cython",
+            nthreads=os.cpu_count() or 1,
+        )
+        # keep the Extension objects finalize_options prepared; take the generated C sources
+        sources = {ext.name: ext.sources for ext in generated}
+        for ext in self.extensions:
+            ext.sources = sources[ext.name]
+        super().run()
+
+
 setup(
-    ext_modules=cythonize(
-        extensions(),
-        compiler_directives=DIRECTIVES,
-        build_dir="build/cython",
-        nthreads=os.cpu_count() or 1,
-    ),
+    ext_modules=extensions(),
+    cmdclass={"build_ext": cythonize_build_ext},
 )

@@ -9,16 +9,11 @@ itself on first use when CuPy and a device are present.
 try:
     from etptr._core import _error as _compiled_check  # noqa: F401
 except ImportError as _exc:  # pragma: no cover - depends on how etptr was installed
-    import os as _os
-    if _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_core", "_error.pyx")):
-        raise ImportError(
-            f"etptr's compiled core is missing from {_os.path.dirname(__file__)}: this is an "
-            "uncompiled source checkout shadowing the installed package (python -m, python -c "
-            "and the interactive interpreter put the current folder first on sys.path). Run "
-            "from another folder, use the pytest script instead of python -m pytest, or build "
-            "in place with pip install -e ."
-        ) from _exc
-    raise
+    from etptr._core import _missing_core_message
+    _message = _missing_core_message(__file__)
+    if _message is None:
+        raise
+    raise ImportError(_message) from _exc
 from etptr._core._error import (
     EtError,
     EtWarning,
