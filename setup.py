@@ -2,10 +2,12 @@
 
 Every ``etptr/**/*.pyx`` is one extension module. The modules are cythonized when
 they are built (``build_ext``), not when this file is read, so that making an
-sdist needs neither Cython nor NumPy. ``ETPTR_CYTHON_DEBUG=1`` turns on Cython's
-run-time checks.
+sdist needs neither Cython nor NumPy. Release builds carry no debug information
+(``-g0``, and stripped at link on Linux); ``ETPTR_CYTHON_DEBUG=1`` keeps it and
+turns on Cython's run-time checks.
 """
 import os
+import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -40,6 +42,10 @@ def extensions():
         flags = ["-O3"]
         link = []
         libs = []
+        if not DEBUG:
+            flags.append("-g0")            # after the interpreter's own -g, so it wins
+            if sys.platform.startswith("linux"):
+                link.append("-s")          # strip the symbol table too
         if name in THREADED:
             flags.append("-pthread")
             link.append("-pthread")

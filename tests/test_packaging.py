@@ -1,8 +1,11 @@
 """Packaging: the licence, what the sdist carries, how the build refuses a tree without
-sources, and the message when the compiled core is missing."""
+sources, the message when the compiled core is missing, and release builds without debug
+information."""
 import importlib.metadata
 import importlib.util
+import os
 import shutil
+import struct
 import subprocess
 import sys
 import tarfile
@@ -133,3 +136,31 @@ def test_build_refuses_a_tree_without_pyx_sources(tmp_path):
     assert "etptr: no etptr/**/*.pyx under" in proc.stderr
     assert "there is no compiled core to build" in proc.stderr
     assert not list(tmp_path.rglob("*.so"))
+
+
+# ------------------------------------------------------------------ release builds
+
+def _elf_sections(path):
+    """Section names of a 64-bit little-endian ELF file."""
+    data = Path(path).read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, path
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab_offset, strtab_size = headers[shstrndx][4], headers[shstrndx][5]
+    strtab = data[strtab_offset:strtab_offset + strtab_size]
+    return {strtab[h[0]:strtab.index(b"\0", h[0])].decode() for h in headers}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads ELF files")
+@pytest.mark.skipif(os.environ.get("ETPTR_CYTHON_DEBUG") == "1",
+                    reason="a debug build keeps its debug information")
+def test_compiled_modules_carry_no_debug_information():
+    # Regression: release builds carried DWARF and symbol tables (a 4.7 MB wheel).
+    modules = sorted(PACKAGE.rglob("*.so"))
+    assert len(modules) >= len(list(PACKAGE.rglob("*.pyx"))) and modules
+    for so in modules:
+        sections = _elf_sections(so)
+        assert ".text" in sections and ".dynsym" in sections, so
+        assert not {s for s in sections if s.startswith((".debug", ".zdebug"))}, so
+        assert ".symtab" not in sections, so
