@@ -78,7 +78,24 @@ from etptr._core._tensor_ptr_maker import (
     zeros_like,
 )
 
-__version__ = "0.1.0"
+def _version() -> str:
+    # The installed distribution's version; an in-place build (no metadata) reads the
+    # pyproject.toml beside the package.
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("etptr")
+    except PackageNotFoundError:
+        import re
+        from pathlib import Path
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            found = re.search(r'(?m)^version\s*=\s*"([^"]+)"', pyproject.read_text())
+        except OSError:
+            found = None
+        return found.group(1) if found else "0+unknown"
+
+
+__version__: str = _version()
 
 __all__ = [
     "DEFAULT_ALIGNMENT",

@@ -1,14 +1,16 @@
-"""Packaging: the licence, what the sdist carries, how the build refuses a tree without
-sources, the message when the compiled core is missing, and release builds without debug
-information."""
+"""Packaging: the licence, the version, what the sdist carries, how the build refuses a
+tree without sources, the message when the compiled core is missing, and release builds
+without debug information."""
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import struct
 import subprocess
 import sys
 import tarfile
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,7 +27,7 @@ def _run(args, cwd, **kwargs):
                           timeout=300, **kwargs)
 
 
-# ------------------------------------------------------------------ licence
+# ------------------------------------------------------------------ licence and version
 
 def _check_licence(text):
     assert text.startswith("BSD 3-Clause License\n")
@@ -51,6 +53,39 @@ def test_installed_distribution_carries_the_licence():
 def test_version_comes_from_the_package_metadata():
     assert etptr.__version__ == importlib.metadata.version("etptr")
     assert isinstance(etptr.__version__, str) and etptr.__version__[0].isdigit()
+
+
+def _version_with(tmp_path, patched_version):
+    script = textwrap.dedent(f"""
+        import importlib.metadata as md
+        {patched_version}
+        md.version = version
+        import sys
+        sys.path.insert(0, {str(PACKAGE.parent)!r})
+        import etptr
+        print(etptr.__version__)
+    """)
+    proc = _run(["-c", script], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
+def test_version_follows_the_metadata(tmp_path):
+    # Regression: __version__ was a literal in etptr/__init__.py.
+    assert _version_with(tmp_path, "def version(name): return '9.9.9' if name == 'etptr' else '0'") \
+        == "9.9.9"
+
+
+def test_version_without_metadata_falls_back(tmp_path):
+    # An in-place build has no installed metadata: the version comes from the
+    # pyproject.toml beside the package, or is "0+unknown" without one.
+    got = _version_with(tmp_path, "def version(name): raise md.PackageNotFoundError(name)")
+    pyproject = PACKAGE.parent / "pyproject.toml"
+    if pyproject.is_file():
+        expected = re.search(r'(?m)^version = "(.+)"', pyproject.read_text()).group(1)
+    else:
+        expected = "0+unknown"
+    assert got == expected
 
 
 # ------------------------------------------------------------------ the missing-core message
