@@ -191,6 +191,9 @@ cdef object _fill_value(object value, str argname):
     "int" (an int64) or "float" (a double)."""
     if isinstance(value, (bool, np.bool_)):
         return ("bool", bool(value))
+    if isinstance(value, (np.timedelta64, np.datetime64)):   # numpy.integer subclasses
+        raise_error(Error.InvalidType,
+                    f"{argname}={value!r} of type {value.__class__.__name__} is not a real number")
     if isinstance(value, (float, np.floating)):
         return ("float", float(value))
     if isinstance(value, (int, np.integer)):
