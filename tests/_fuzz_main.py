@@ -32,6 +32,13 @@ import etptr
 from etptr import EtError, ScalarType, TensorShapeDynamism
 from etptr.testing import HostDeviceAllocator, use_allocator
 
+# NumPy before 2.3 lets a numpy.bool_ be an index with a DeprecationWarning (2.3 refuses
+# it with TypeError); make_tensor_ptr's integer arguments do not refuse it themselves
+# there, so that warning is not an error here.
+if np.lib.NumpyVersion(np.__version__) < "2.3.0":
+    warnings.filterwarnings("ignore", message="In future, it will be an error for 'np.bool' "
+                            "scalars to be interpreted as an index", category=DeprecationWarning)
+
 COUNT = [0]
 REPLAY = []            # (body, args) samples for the leak check
 REPLAY_PER_BODY = 100
