@@ -264,7 +264,9 @@ cdef object c_numpy_dtype(int t):
 def scalar_type_to_numpy(t):
     """The NumPy dtype holding elements of scalar type ``t``.
 
-    BFloat16 and the Float8 types map to ``ml_dtypes`` dtypes.
+    The NumPy side of ExecuTorch's ``ScalarTypeToCppType``: each type maps to
+    the dtype of its C type; BFloat16 and the Float8 types map to ``ml_dtypes``
+    dtypes.
 
     Parameters
     ----------
