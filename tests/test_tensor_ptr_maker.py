@@ -420,7 +420,7 @@ def test_full_bad_fill_values(value, fragment):
     (np.complex64(1 + 1j), etptr.InvalidTypeError, "of type complex64"),
     (np.datetime64("2020"), etptr.InvalidTypeError, "of type datetime64"),
     (np.timedelta64(3, "s"), etptr.InvalidTypeError, "of type timedelta64 is not a real number"),
-    (np.timedelta64(3), etptr.InvalidTypeError, "of type timedelta64 is not a real number"),
+    (np.timedelta64(-2, "D"), etptr.InvalidTypeError, "of type timedelta64 is not a real number"),
     (1 << 63, etptr.InvalidArgumentError, f"fill_value={1 << 63} does not fit int64"),
     (-(1 << 63) - 1, etptr.InvalidArgumentError, "does not fit int64"),
     (1 << 1100, etptr.InvalidArgumentError, "does not fit int64"),
