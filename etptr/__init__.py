@@ -9,16 +9,11 @@ itself on first use when CuPy and a device are present.
 try:
     from etptr._core import _error as _compiled_check  # noqa: F401
 except ImportError as _exc:  # pragma: no cover - depends on how etptr was installed
-    import os as _os
-    if _os.path.exists(_os.path.join(_os.path.dirname(__file__), "_core", "_error.pyx")):
-        raise ImportError(
-            f"etptr's compiled core is missing from {_os.path.dirname(__file__)}: this is an "
-            "uncompiled source checkout shadowing the installed package (python -m, python -c "
-            "and the interactive interpreter put the current folder first on sys.path). Run "
-            "from another folder, use the pytest script instead of python -m pytest, or build "
-            "in place with pip install -e ."
-        ) from _exc
-    raise
+    from etptr._core import _missing_core_message
+    _message = _missing_core_message(__file__)
+    if _message is None:
+        raise
+    raise ImportError(_message) from _exc
 from etptr._core._error import (
     EtError,
     EtWarning,
@@ -85,7 +80,24 @@ from etptr._core._tensor_ptr_maker import (
 )
 from etptr.checkpoint import CheckpointError, load_safetensors, save_safetensors
 
-__version__ = "0.1.0"
+def _version() -> str:
+    # The installed distribution's version; an in-place build (no metadata) reads the
+    # pyproject.toml beside the package.
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("etptr")
+    except PackageNotFoundError:
+        import re
+        from pathlib import Path
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            found = re.search(r'(?m)^version\s*=\s*"([^"]+)"', pyproject.read_text())
+        except OSError:
+            found = None
+        return found.group(1) if found else "0+unknown"
+
+
+__version__: str = _version()
 
 __all__ = [
     "CheckpointError",

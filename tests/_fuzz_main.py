@@ -32,6 +32,13 @@ import etptr
 from etptr import EtError, ScalarType, TensorShapeDynamism
 from etptr.testing import HostDeviceAllocator, use_allocator
 
+# NumPy before 2.3 lets a numpy.bool_ be an index with a DeprecationWarning (2.3 refuses
+# it with TypeError); make_tensor_ptr's integer arguments do not refuse it themselves
+# there, so that warning is not an error here.
+if np.lib.NumpyVersion(np.__version__) < "2.3.0":
+    warnings.filterwarnings("ignore", message="In future, it will be an error for 'np.bool' "
+                            "scalars to be interpreted as an index", category=DeprecationWarning)
+
 COUNT = [0]
 REPLAY = []            # (body, args) samples for the leak check
 REPLAY_PER_BODY = 100
@@ -145,8 +152,15 @@ def perms(max_n=6):
 
 dim_orders = st.one_of(seqs(), perms())
 strides_s = st.one_of(seqs(), st.lists(st.integers(-2, 40), max_size=6))
+# names and NumPy dtypes, good and bad, besides ScalarTypes and codes
+TYPE_SPELLINGS = ["Float", "BFloat16", "Float8_e5m2", "QInt8", "UInt64", "float", "half", "",
+                  "Flaot", " Float", np.str_("Half"), np.str_("x"), np.float16, np.int64,
+                  np.dtype("int32"), np.dtype(np.bool_), ml_dtypes.bfloat16,
+                  ml_dtypes.float8_e4m3fn, np.dtype(">f4"), np.longdouble, np.floating,
+                  np.generic, np.object_, np.dtype("U3"), np.dtype("i4,f4"), ml_dtypes.int4,
+                  float, int, bool, np.bool_(True)]
 types = st.one_of(st.sampled_from(list(ScalarType)), st.integers(-3, 40), odd, st.none(),
-                  st.sampled_from(BIG))
+                  st.sampled_from(BIG), st.sampled_from(TYPE_SPELLINGS))
 dynamisms = st.one_of(st.sampled_from(list(TensorShapeDynamism)), st.integers(-2, 5), odd)
 DEVICES = ["cpu", "cuda", "cuda:0", "cuda:1", "cuda:-1", "cuda:127", "cuda:128", "cuda:-2",
            "CUDA", " cpu ", "cuda:", "cuda:x", "tpu", "", "cpu:0", "cuda:1:2",
@@ -291,8 +305,12 @@ def tensors(draw, max_dim=4):
         b = np.ascontiguousarray(a.transpose(order)).transpose(np.argsort(order)) if a.ndim else a
         return etptr.make_tensor_ptr(b, dynamism=dyn) if b.ndim else etptr.make_tensor_ptr(b)
     if kind == "zeros":
+        # zero bytes of any type (zeros() fills only the types ExecuTorch's full fills)
         st_ = draw(st.sampled_from(list(ScalarType)))
-        return etptr.zeros(draw(small_sizes), st_, dyn)
+        t = etptr.empty(draw(small_sizes), st_, dyn)
+        if t.nbytes:
+            ctypes.memset(t.data_ptr, 0, t.nbytes)
+        return t
     if kind == "null":
         return etptr.make_tensor_ptr(draw(small_sizes), None, type=draw(st.sampled_from(list(ScalarType))),
                                      dynamism=dyn)
@@ -454,11 +472,22 @@ def fuzz_resize(n):
                 n)(_resize)
 
 
+def spelled(type_):
+    """The ScalarType a type= spelling means (None for None or a refused spelling)."""
+    if type_ is None:
+        return None
+    try:
+        return etptr.empty([0], type=type_).scalar_type
+    except EtError:
+        return None
+
+
 def _clone(src, type_):
     t = call(etptr.clone_tensor_ptr, src, type_)
     if t is not None:
         check_metadata(t)
         assert (t.sizes, t.dim_order, t.strides) == (src.sizes, src.dim_order, src.strides)
+        type_ = spelled(type_)
         if type_ is None or type_ == src.scalar_type:
             assert t.scalar_type == src.scalar_type
             if src.data_ptr and src.numel():

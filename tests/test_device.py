@@ -70,8 +70,19 @@ def test_value_semantics():
     assert {a: 1}[Device("cuda:3")] == 1
     assert a.is_cpu() is False and CPU0.is_cpu() is True
     assert str(a) == "cuda:3" and str(CPU0) == "cpu"
-    assert repr(a) == "Device(1, 3)"
+    assert repr(a) == "Device(DeviceType.CUDA, 3)" and repr(CPU0) == "Device(DeviceType.CPU, 0)"
+    assert eval(repr(a), {"Device": Device, "DeviceType": DeviceType}) == a
     assert Device(DeviceType.CPU) == CPU0
+
+
+def test_device_type_str_is_the_executorch_name():
+    # Regression: str() gave the code ("0") on Python 3.11+ and "DeviceType.CPU" before.
+    assert (str(DeviceType.CPU), str(DeviceType.CUDA)) == ("CPU", "CUDA")
+    assert f"{DeviceType.CUDA}" == format(DeviceType.CUDA) == "CUDA"
+    assert f"{DeviceType.CUDA:d}" == "1" and f"{DeviceType.CUDA:>6}" == "  CUDA"
+    assert DeviceType.CUDA == 1 and int(DeviceType.CUDA) == 1 and hash(DeviceType.CUDA) == hash(1)
+    assert repr(DeviceType.CUDA) == "<DeviceType.CUDA: 1>"
+    assert pickle.loads(pickle.dumps(DeviceType.CUDA)) is DeviceType.CUDA
 
 
 def test_string_index_wins_over_index_argument():

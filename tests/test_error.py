@@ -36,6 +36,30 @@ def test_error_members_are_executorch_codes():
     assert Error(18) is Error.InvalidArgument
 
 
+@pytest.mark.parametrize("name", list(ET_CODES))
+def test_error_str_and_format_give_the_name(name):
+    # Regression: str() gave the code ("18") on Python 3.11+ and "Error.InvalidArgument" before.
+    e = Error[name]
+    assert str(e) == f"{e}" == format(e) == name
+    assert f"{e:d}" == str(ET_CODES[name]) and f"{e:#x}" == hex(ET_CODES[name])
+    assert f"{e:<40}" == name.ljust(40)
+    assert e == ET_CODES[name] and pickle.loads(pickle.dumps(e)) is e
+
+
+def test_named_int_enum_base():
+    # The shared base of etptr's ExecuTorch enums, for other modules' enums too.
+    from etptr._core._error import NamedIntEnum
+
+    class Colour(NamedIntEnum):
+        RED = 0
+        GREEN = 1
+
+    assert issubclass(Colour, int) and issubclass(Error, NamedIntEnum)
+    assert (str(Colour.GREEN), f"{Colour.GREEN}", f"{Colour.GREEN:03d}") == ("GREEN", "GREEN", "001")
+    assert repr(Colour.RED) == "<Colour.RED: 0>" and Colour(1) is Colour.GREEN
+    assert Colour.GREEN + 1 == 2 and sorted([Colour.GREEN, Colour.RED]) == [0, 1]
+
+
 @pytest.mark.parametrize("cls", list(CLASSES), ids=lambda c: c.__name__)
 def test_hierarchy_and_default_code(cls):
     builtin, code = CLASSES[cls]
@@ -110,14 +134,16 @@ def test_raised_exception_pickles_with_its_code():
     (lambda: etptr.make_tensor_ptr([-1], None), etptr.InvalidArgumentError, Error.InvalidArgument),
     (lambda: etptr.make_tensor_ptr([2], [1.5, 2.5], type=etptr.ScalarType.Int),
      etptr.InvalidTypeError, Error.InvalidType),
-    (lambda: etptr.make_tensor_ptr([2], None, type="Float"), etptr.InvalidTypeError, Error.InvalidType),
+    (lambda: etptr.make_tensor_ptr([2], None, type=1.5), etptr.InvalidTypeError, Error.InvalidType),
+    (lambda: etptr.make_tensor_ptr([2], None, type="float"), etptr.InvalidArgumentError,
+     Error.InvalidArgument),
     (lambda: etptr.scalar_type_to_numpy(etptr.ScalarType.QInt8),
      etptr.NotSupportedError, Error.NotSupported),
     (lambda: etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr([1.0]), "cpu"),
      etptr.NotSupportedError, Error.NotSupported),
     (lambda: etptr.empty([1 << 61], type=etptr.ScalarType.Byte),
      etptr.MemoryAllocationError, Error.MemoryAllocationFailed),
-], ids=["InvalidArgument", "refused-cast", "bad-type-arg", "NotSupported", "cpu-to-cpu", "MemoryAllocation"])
+], ids=["InvalidArgument", "refused-cast", "bad-type-arg", "bad-type-name", "NotSupported", "cpu-to-cpu", "MemoryAllocation"])
 def test_errors_raised_by_the_api_carry_their_code(call, cls, code):
     with pytest.raises(cls) as info:
         call()

@@ -8,21 +8,24 @@ from etptr import ScalarType as ST
 
 from _helpers import run_isolated
 
-# An independent model of ExecuTorch's canCast (scalar_type_util.h).
-COMPLEX = {ST.ComplexHalf, ST.ComplexFloat, ST.ComplexDouble}
-FLOATING = {ST.Half, ST.Float, ST.Double, ST.BFloat16, ST.Float8_e5m2, ST.Float8_e4m3fn,
-            ST.Float8_e5m2fnuz, ST.Float8_e4m3fnuz}
-INTEGRAL = {ST.Byte, ST.Char, ST.Short, ST.Int, ST.Long}  # isIntegralType(t, false)
+# An independent model of ExecuTorch's canCast (scalar_type_util.h), written by name
+# from the three predicates it combines.
+COMPLEX = {"ComplexHalf", "ComplexFloat", "ComplexDouble"}              # isComplexType
+FLOATING = {"Half", "Float", "Double", "BFloat16"}                      # isFloatingType
+INTEGRAL = {"Byte", "Char", "Short", "Int", "Long"}                     # isIntegralType(t, false)
+NAMES = ["Byte", "Char", "Short", "Int", "Long", "Half", "Float", "Double", "ComplexHalf",
+         "ComplexFloat", "ComplexDouble", "Bool", "QInt8", "QUInt8", "QInt32", "BFloat16",
+         "QUInt4x2", "QUInt2x4", "Bits1x8", "Bits2x4", "Bits4x2", "Bits8", "Bits16",
+         "Float8_e5m2", "Float8_e4m3fn", "Float8_e5m2fnuz", "Float8_e4m3fnuz", "UInt16",
+         "UInt32", "UInt64"]
 
 
 def model_can_cast(a, b):
-    if a in COMPLEX and b not in COMPLEX:
-        return False
-    if a in FLOATING and b in INTEGRAL:
-        return False
-    if a != ST.Bool and b == ST.Bool:
-        return False
-    return True
+    """canCast on names: refuse complex -> non-complex, floating -> integral, non-Bool -> Bool."""
+    complex_to_real = a in COMPLEX and b not in COMPLEX
+    float_to_int = a in FLOATING and b in INTEGRAL
+    to_bool = a != "Bool" and b == "Bool"
+    return not (complex_to_real or float_to_int or to_bool)
 
 
 NUMPY = {
@@ -42,11 +45,34 @@ def test_thirty_scalar_types():
     assert [int(t) for t in ST] == list(range(30))
 
 
-@pytest.mark.parametrize("src", list(ST), ids=lambda t: t.name)
-def test_can_cast_matches_executorch_rules(src):
-    got = {dst: etptr.can_cast(src, dst) for dst in ST}
-    assert got == {dst: model_can_cast(src, dst) for dst in ST}
+def test_can_cast_whole_table_matches_executorch_rules():
+    assert [t.name for t in ST] == NAMES  # the model's codes are ExecuTorch's
+    got = {(a, b): etptr.can_cast(code_a, code_b)
+           for code_a, a in enumerate(NAMES) for code_b, b in enumerate(NAMES)}
     assert all(type(v) is bool for v in got.values())
+    want = {(a, b): model_can_cast(a, b) for a in NAMES for b in NAMES}
+    assert len(got) == 900
+    assert {k for k in got if got[k] != want[k]} == set()
+    assert sum(want.values()) == 900 - 29 - 3 * 27 - 4 * 5 + 3  # the three rules overlap thrice
+
+
+@pytest.mark.parametrize("src", [ST.Float8_e5m2, ST.Float8_e4m3fn, ST.Float8_e5m2fnuz,
+                                 ST.Float8_e4m3fnuz], ids=lambda t: t.name)
+def test_float8_is_not_floating_for_can_cast(src):
+    # Regression: the Float8 types were treated as floating and refused integral targets.
+    for dst in (ST.Byte, ST.Char, ST.Short, ST.Int, ST.Long):
+        assert etptr.can_cast(src, dst) is True
+    assert etptr.can_cast(src, ST.Bool) is False
+    assert etptr.can_cast(ST.Byte, src) is True
+
+
+@pytest.mark.parametrize("stype", list(ST), ids=lambda t: t.name)
+def test_str_is_executorch_to_string(stype):
+    # Regression: str() gave the code ("6") on Python 3.11+ and "ScalarType.Float" before;
+    # ExecuTorch's toString(ScalarType) gives the enumerator's name.
+    assert str(stype) == f"{stype}" == format(stype) == NAMES[stype]
+    assert f"{stype:d}" == str(int(stype)) and f"{stype:>20}" == NAMES[stype].rjust(20)
+    assert f"{stype!r}" == f"<ScalarType.{NAMES[stype]}: {int(stype)}>"
 
 
 def test_can_cast_accepts_plain_and_numpy_ints():
@@ -97,18 +123,99 @@ def test_from_numpy_refuses(bad, cls, fragment):
 
 
 @pytest.mark.parametrize("fn, args, argname", [
-    (etptr.element_size, ("Float",), "t"),
     (etptr.element_size, (6.0,), "t"),
     (etptr.element_size, (True,), "t"),
+    (etptr.element_size, (np.True_,), "t"),
     (etptr.element_size, (None,), "t"),
-    (etptr.can_cast, ("Float", ST.Int), "from_t"),
-    (etptr.can_cast, (ST.Int, np.float32), "to_t"),
-    (etptr.scalar_type_to_numpy, (np.dtype("f4"),), "t"),
+    (etptr.element_size, (b"Float",), "t"),
+    (etptr.element_size, (float,), "t"),
+    (etptr.can_cast, ([6], ST.Int), "from_t"),
+    (etptr.can_cast, (ST.Int, object()), "to_t"),
+    (etptr.scalar_type_to_numpy, (np.array([1.0]),), "t"),
 ])
 def test_bad_scalar_type_arguments_are_type_errors(fn, args, argname):
     with pytest.raises(etptr.InvalidTypeError) as info:
         fn(*args)
-    assert str(info.value).startswith(argname + " ")
+    msg = str(info.value)
+    assert msg.startswith(argname + " must be an etptr.ScalarType, an int code, a ScalarType name")
+    assert "NumPy dtype" in msg
+
+
+# Every spelling of a scalar type: (spelling, the ScalarType it means).
+SPELLINGS = [
+    (ST.BFloat16, ST.BFloat16), (15, ST.BFloat16), (np.int64(15), ST.BFloat16),
+    (np.uint8(3), ST.Int), ("BFloat16", ST.BFloat16), ("Float8_e4m3fnuz", ST.Float8_e4m3fnuz),
+    ("QInt8", ST.QInt8), ("Bits16", ST.Bits16), ("UInt64", ST.UInt64), (np.str_("Half"), ST.Half),
+    (np.float16, ST.Half), (np.dtype("int32"), ST.Int), (np.dtype(np.float32), ST.Float),
+    (np.bool_, ST.Bool), (np.complex128, ST.ComplexDouble), (np.dtype("<u2"), ST.UInt16),
+    (ml_dtypes.bfloat16, ST.BFloat16), (np.dtype(ml_dtypes.float8_e5m2), ST.Float8_e5m2),
+    (ml_dtypes.float8_e4m3fn, ST.Float8_e4m3fn),
+]
+
+
+@pytest.mark.parametrize("spelling, stype", SPELLINGS, ids=repr)
+def test_every_type_argument_takes_names_and_dtypes(spelling, stype):
+    # Regression: only a ScalarType or an int code was accepted.
+    assert etptr.element_size(spelling) == etptr.element_size(stype)
+    assert etptr.can_cast(spelling, ST.Bool) is (stype == ST.Bool)
+    assert etptr.can_cast(ST.Bool, spelling) is True
+    assert etptr.can_cast(spelling, spelling) is True
+    if stype in NUMPY:
+        assert etptr.scalar_type_to_numpy(spelling) == np.dtype(NUMPY[stype])
+    t = etptr.empty([2, 3], type=spelling)
+    assert t.scalar_type is stype and type(t.scalar_type) is ST
+    assert etptr.make_tensor_ptr([2], None, type=spelling).scalar_type is stype
+    assert etptr.for_blob(None, [2]).type(spelling).make_tensor_ptr().scalar_type is stype
+
+
+@pytest.mark.parametrize("name, close", [
+    ("bfloat16", ["BFloat16"]), ("float", ["Float"]), ("FLOAT8_E5M2", ["Float8_e5m2"]),
+    ("Flaot", ["Float"]), ("UInt8", ["QUInt8"]), ("Bits4", ["Bits4x2"]),
+    (np.str_("Flaot"), ["Float"]),
+])
+def test_unknown_names_list_close_names(name, close):
+    with pytest.raises(etptr.InvalidArgumentError) as info:
+        etptr.element_size(name)
+    msg = str(info.value)
+    assert msg.startswith(f"t={str(name)!r} is not a ScalarType name; close names: ")
+    listed = msg.split("close names: ")[1].split(" (")[0].split(", ")
+    assert set(close) <= set(listed) and len(listed) <= 4
+    with pytest.raises(etptr.InvalidArgumentError) as info:
+        etptr.zeros([2], type=name)
+    assert str(info.value).startswith(f"type={str(name)!r} is not a ScalarType name")
+
+
+def test_unknown_names_without_close_names_list_them_all():
+    with pytest.raises(etptr.InvalidArgumentError) as info:
+        etptr.can_cast(ST.Float, "xyzzy")
+    msg = str(info.value)
+    assert msg.startswith("to_t='xyzzy' is not a ScalarType name; the names are Byte, Char,")
+    assert all(t.name in msg for t in ST)
+
+
+def test_numpy_names_point_at_the_dtype():
+    with pytest.raises(etptr.InvalidArgumentError) as info:
+        etptr.full([2], 1, type="float32")
+    msg = str(info.value)
+    assert msg.startswith("type='float32' is not a ScalarType name; close names: Float")
+    assert "NumPy's 'float32' is ScalarType.Float: pass numpy.dtype('float32')" in msg
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    (np.dtype(">f4"), "t=dtype('>f4') is not in native byte order"),
+    (np.longdouble, "t=dtype('float128') has no ExecuTorch ScalarType"),
+    (np.dtype("U3"), "t=dtype('<U3') has no ExecuTorch ScalarType"),
+    (np.object_, "has no ExecuTorch ScalarType"),
+    (ml_dtypes.int4, "t=dtype(int4) has no ExecuTorch ScalarType"),
+    (np.floating, "t=<class 'numpy.floating'> is not a NumPy dtype"),
+])
+def test_dtypes_without_a_scalar_type_are_type_errors(bad, fragment):
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        etptr.element_size(bad)
+    assert fragment in str(info.value)
+    with pytest.raises(etptr.InvalidTypeError) as info:
+        etptr.rand([2], type=bad)
+    assert str(info.value).startswith("type=")
 
 
 @pytest.mark.parametrize("code", [-1, 30, 255, 1 << 70, -(1 << 70)])

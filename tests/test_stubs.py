@@ -62,21 +62,27 @@ def test_stubs_catch_wrong_types(tmp_path):
     # the stubs are precise enough to refuse misuse (they are not Any)
     bad = tmp_path / "bad.py"
     bad.write_text(textwrap.dedent("""\
-        import etptr
+        import etptr, ml_dtypes, numpy as np
         t = etptr.zeros([2, 3])
         n: str = t.numel()
         etptr.resize_tensor_ptr(t, "2x3")
-        etptr.clone_tensor_ptr(t, type="Half")
+        etptr.clone_tensor_ptr(t, type="half")
         etptr.full([2], "seven")
         d: etptr.Device = t.device
         s: int = t.__cuda_array_interface__["typestr"]
         etptr.from_dlpack(42)
+        etptr.zeros([2], type=1.5)
+        etptr.clone_tensor_ptr(t, type="BFloat16")
+        etptr.zeros([2], type=np.float16)
+        etptr.can_cast(np.dtype("int32"), ml_dtypes.bfloat16)
+        etptr.element_size(etptr.ScalarType.Half)
         """))
     rc, out = _run(["mypy", "--strict", str(bad)], tmp_path)
     assert rc == 1, out
-    for line in (3, 4, 5, 6, 8, 9):
+    for line in (3, 4, 5, 6, 8, 9, 10):
         assert f"bad.py:{line}: error" in out, out
-    assert "bad.py:7: error" not in out, out
+    for line in (1, 2, 7, 11, 12, 13, 14):  # right, and every scalar type spelling is accepted
+        assert f"bad.py:{line}: error" not in out, out
 
 
 def test_quickstart_runs(tmp_path):

@@ -65,7 +65,8 @@ def test_for_blob_over_a_buffer_keeps_it_alive():
 
 
 @pytest.mark.parametrize("setup, cls, fragment", [
-    (lambda m: m.type("x"), etptr.InvalidTypeError, "type must be"),
+    (lambda m: m.type("x"), etptr.InvalidArgumentError, "type='x' is not a ScalarType name"),
+    (lambda m: m.type(1.5), etptr.InvalidTypeError, "type must be"),
     (lambda m: m.type(40), etptr.InvalidArgumentError, "type=40"),
     (lambda m: m.dim_order([1, 1]), etptr.InvalidArgumentError, "dim_order=(1, 1)"),
     (lambda m: m.strides([1, 1]), etptr.InvalidArgumentError, "strides=(1, 1)"),
@@ -153,20 +154,123 @@ def test_empty_strided_and_zero_size():
     assert (s.sizes, s.numel(), s.shape_dynamism) == ((), 1, Dyn.STATIC)
 
 
+INF = float("inf")
+F32_MAX = float(np.finfo(np.float32).max)
+
+
 @pytest.mark.parametrize("value, stype, expected", [
     (7, ST.Float, 7.0), (2.5, ST.Double, 2.5), (-3, ST.Int, -3), (1 << 40, ST.Long, 1 << 40),
-    (3, ST.Half, 3.0), (1.5, ST.BFloat16, 1.5), (1.5, ST.Float8_e4m3fn, 1.5),
-    (True, ST.Bool, True), (0.0, ST.Bool, False), (300, ST.Byte, 44), (-1, ST.UInt64, (1 << 64) - 1),
-    (2.75, ST.UInt16, 2), (np.float32(0.5), ST.Float, 0.5), (np.int8(-2), ST.Long, -2),
-    (np.True_, ST.Bool, True), (2.5, ST.ComplexFloat, 2.5 + 0j),
+    (3, ST.Half, 3.0), (1.5, ST.BFloat16, 1.5), (True, ST.Bool, True), (False, ST.Bool, False),
+    (np.True_, ST.Bool, True), (2, ST.Bool, True), (-7, ST.Bool, True), (0, ST.Bool, False),
+    (255, ST.Byte, 255), (0, ST.Byte, 0), (-128, ST.Char, -128), (127, ST.Char, 127),
+    (-32768, ST.Short, -32768), (-(1 << 31), ST.Int, -(1 << 31)), ((1 << 63) - 1, ST.Long, (1 << 63) - 1),
+    (65535, ST.UInt16, 65535), ((1 << 32) - 1, ST.UInt32, (1 << 32) - 1),
+    ((1 << 63) - 1, ST.UInt64, (1 << 63) - 1),
+    # UInt64: extract_scalar's range check compares in unsigned arithmetic, so -1 wraps
+    (-1, ST.UInt64, (1 << 64) - 1), (-(1 << 63), ST.UInt64, 1 << 63),
+    (np.float32(0.5), ST.Float, 0.5), (np.int8(-2), ST.Long, -2), (np.uint16(7), ST.Byte, 7),
+    (INF, ST.Half, INF), (-INF, ST.Float, -INF), (INF, ST.BFloat16, INF), (-INF, ST.Double, -INF),
+    (65504.0, ST.Half, 65504.0), (-65504.0, ST.Half, -65504.0), (F32_MAX, ST.Float, F32_MAX),
+    (1e300, ST.Double, 1e300), (-1e308, ST.Double, -1e308), (3.3895313892515355e38, ST.BFloat16,
+                                                             3.3895313892515355e38),
+    # an int into a floating type is converted through double, with no range check
+    (70000, ST.Half, INF), (-70000, ST.Half, -INF), (1 << 62, ST.Float, float(1 << 62)),
+    ((1 << 63) - 1, ST.BFloat16, 9.223372036854775808e18), (3, ST.Double, 3.0),
 ])
 def test_full_values(value, stype, expected):
     t = etptr.full([2, 2], value, type=stype)
     assert t.scalar_type is stype
     got = t.numpy()
-    if stype in (ST.BFloat16, ST.Float8_e4m3fn):
+    if stype is ST.BFloat16:
         got = got.astype(np.float64)
     assert got.tolist() == [[expected] * 2] * 2
+    assert etptr.scalar_tensor(value, type=stype).numpy().astype(got.dtype).tolist() == expected
+
+
+@pytest.mark.parametrize("stype", [ST.Half, ST.Float, ST.Double, ST.BFloat16])
+def test_full_nan_fills_floating_types(stype):
+    assert np.isnan(etptr.full([3], float("nan"), type=stype).numpy().astype(np.float64)).all()
+    assert np.isnan(etptr.full([1], np.float16("nan"), type=stype).numpy().astype(np.float64)).all()
+
+
+def test_full_half_and_bfloat16_convert_from_float32():
+    # Half(float) and BFloat16(float): the double is rounded to float first, as in C++
+    v = 1.0 + 2.0 ** -11 + 2.0 ** -40   # rounds up in one step, to 1 (a tie) through float32
+    assert etptr.full([1], v, type=ST.Half).numpy().tolist() == [1.0]
+    assert float(np.float16(v)) == 1.0 + 2.0 ** -10
+    w = 1.0 + 2.0 ** -8 + 2.0 ** -40
+    assert etptr.full([1], w, type=ST.BFloat16).numpy().astype(float).tolist() == [1.0]
+
+
+@pytest.mark.parametrize("value, stype, fragment", [
+    # a float or a bool into an integral type
+    (3.5, ST.Int, "fill_value=3.5 cannot fill a ScalarType.Int tensor"),
+    (3.0, ST.Long, "fill_value=3.0 cannot fill a ScalarType.Long tensor"),
+    (1.5, ST.UInt16, "takes only an int (not a float) for an integral type"),
+    (0.0, ST.Byte, "(not a float)"), (np.float32(2), ST.UInt64, "(not a float)"),
+    (True, ST.Int, "fill_value=True cannot fill a ScalarType.Int tensor"),
+    (np.True_, ST.Byte, "(not a bool)"), (False, ST.UInt64, "(not a bool)"),
+    # a float into Bool, a bool into a floating type
+    (0.0, ST.Bool, "fill_value=0.0 cannot fill a ScalarType.Bool tensor"),
+    (np.float16(1), ST.Bool, "takes only a bool or an int for Bool"),
+    (True, ST.Float, "fill_value=True cannot fill a ScalarType.Float tensor"),
+    (False, ST.Half, "(not a bool) for a floating type"), (np.True_, ST.BFloat16, "(not a bool)"),
+    # an int outside an integral type's range
+    (300, ST.Byte, "fill_value=300 is outside the range of ScalarType.Byte (0..255)"),
+    (-1, ST.Byte, "fill_value=-1 is outside the range of ScalarType.Byte (0..255)"),
+    (70000, ST.Short, "fill_value=70000 is outside the range of ScalarType.Short (-32768..32767)"),
+    (128, ST.Char, "(-128..127)"), (-129, ST.Char, "(-128..127)"), (1 << 31, ST.Int, "ScalarType.Int"),
+    (-1, ST.UInt16, "ScalarType.UInt16 (0..65535)"), (65536, ST.UInt16, "(0..65535)"),
+    (-1, ST.UInt32, "ScalarType.UInt32 (0..4294967295)"), (1 << 32, ST.UInt32, "(0..4294967295)"),
+    (np.int64(-5), ST.Byte, "fill_value=np.int64(-5) is outside"),
+    # a finite float outside a floating type's range
+    (1e300, ST.Float, "fill_value=1e+300 is outside the range of ScalarType.Float"),
+    (1e10, ST.Half, "fill_value=10000000000.0 is outside the range of ScalarType.Half"),
+    (65505.0, ST.Half, "up to +-65504.0"), (-65520.0, ST.Half, "ScalarType.Half"),
+    (3.5e38, ST.Float, "ScalarType.Float"), (-1e39, ST.BFloat16, "ScalarType.BFloat16"),
+    (np.float64(1e39), ST.BFloat16, "fill_value=np.float64(1e+39) is outside"),
+])
+def test_full_refuses_what_extract_scalar_refuses(value, stype, fragment, host_alloc):
+    # Regression: these were cast silently (3.5 -> 3, 300 -> 44, 1e300 -> inf, True -> 1).
+    other = etptr.zeros([2], type=stype)
+    for make in (lambda: etptr.full([2], value, type=stype),
+                 lambda: etptr.full_strided([2], [1], value, type=stype),
+                 lambda: etptr.full_like(other, value),
+                 lambda: etptr.scalar_tensor(value, type=stype),
+                 lambda: etptr.full([2], value, type=stype, device="cuda")):
+        with pytest.raises(etptr.InvalidArgumentError) as info:
+            make()
+        assert fragment in str(info.value)
+        assert str(info.value).startswith("fill_value=")
+    assert host_alloc.allocate_count == 0  # refused before anything was allocated
+
+
+UNFILLABLE = [t for t in ST if t not in (ST.Byte, ST.Char, ST.Short, ST.Int, ST.Long, ST.Half,
+                                          ST.Float, ST.Double, ST.Bool, ST.BFloat16, ST.UInt16,
+                                          ST.UInt32, ST.UInt64)]
+
+
+@pytest.mark.parametrize("stype", UNFILLABLE, ids=lambda t: t.name)
+def test_filling_makers_refuse_types_executorch_does_not_fill(stype, host_alloc):
+    # ExecuTorch's full_strided and random_strided abort for types outside
+    # ET_SWITCH_REALHBBF16_AND_UINT_TYPES; zeros and ones are full(0) and full(1).
+    assert len(UNFILLABLE) == 17
+    other = etptr.empty([2], stype)
+    for make in (lambda: etptr.full([2], 1, type=stype), lambda: etptr.full_like(other, 0),
+                 lambda: etptr.scalar_tensor(0, type=stype), lambda: etptr.zeros([2], type=stype),
+                 lambda: etptr.zeros_like(other), lambda: etptr.ones([2], type=stype),
+                 lambda: etptr.ones_like(other), lambda: etptr.rand([2], type=stype),
+                 lambda: etptr.rand_like(other), lambda: etptr.randn([2], type=stype),
+                 lambda: etptr.randint(0, 2, [2], type=stype),
+                 lambda: etptr.randint_like(other, 0, 2),
+                 lambda: etptr.zeros([2], type=stype, device="cuda")):
+        with pytest.raises(etptr.NotSupportedError) as info:
+            make()
+        msg = str(info.value)
+        assert msg.startswith(f"type=ScalarType.{stype.name} cannot be filled")
+        assert "empty()" in msg
+    assert host_alloc.allocate_count == 0
+    assert etptr.empty([2], stype).scalar_type is stype
 
 
 def test_full_strided_zeros_ones_scalar():
@@ -175,22 +279,11 @@ def test_full_strided_zeros_ones_scalar():
     assert etptr.zeros([3], type=ST.Double).numpy().tolist() == [0.0] * 3
     assert etptr.ones([2], type=ST.Bool).numpy().tolist() == [True, True]
     assert etptr.ones([2], type=ST.BFloat16).numpy().astype(float).tolist() == [1.0, 1.0]
-    q = etptr.zeros([5], type=ST.QInt8)  # zeros works for every type: it writes zero bytes
-    assert ctypes.string_at(q.data_ptr, 5) == b"\0" * 5
+    assert etptr.ones([2], type=ST.UInt64).numpy().tolist() == [1, 1]
+    assert etptr.zeros([2], type=ST.Bool).numpy().tolist() == [False, False]
+    assert etptr.zeros([2], type=ST.Half).numpy().tobytes() == b"\0" * 4
     s = etptr.scalar_tensor(4, type=ST.Int)
     assert (s.sizes, s.shape_dynamism, s.numpy()[()]) == ((), Dyn.STATIC, 4)
-
-
-@pytest.mark.parametrize("maker", [
-    lambda: etptr.full([2], 1, type=ST.QInt8),
-    lambda: etptr.ones([2], type=ST.ComplexHalf),
-    lambda: etptr.rand([2], type=ST.Bits8),
-    lambda: etptr.randn([2], type=ST.QUInt4x2),
-    lambda: etptr.randint(0, 4, [2], type=ST.QInt32),
-])
-def test_filled_makers_need_a_host_representation(maker):
-    with pytest.raises(etptr.NotSupportedError, match="has no NumPy dtype"):
-        maker()
 
 
 def test_rand_and_randn():
@@ -205,6 +298,32 @@ def test_rand_and_randn():
     assert rs.dim_order == (1, 0) and rs.numel() == 12
     ns = etptr.randn_strided([3, 4], [4, 1], type=ST.BFloat16)
     assert ns.scalar_type is ST.BFloat16
+
+
+@pytest.mark.parametrize("stype, shape, largest", [
+    # 1e4 BFloat16 samples and 1e5 Half samples: rounding straight to the narrow type would
+    # reach 1.0 about 20 times (every draw within epsilon/4 of 1 rounds up to it)
+    (ST.BFloat16, [100, 100], 1 - 2 ** -8), (ST.Half, [1000, 100], 1 - 2 ** -11),
+])
+@pytest.mark.parametrize("like", [False, True])
+def test_rand_half_and_bfloat16_stay_below_one(stype, shape, largest, like):
+    # ExecuTorch's rand_strided lowers the upper bound to 1 - epsilon/2 of the type.
+    etptr.manual_seed(2024)
+    t = etptr.rand_like(etptr.empty(shape, stype)) if like else etptr.rand(shape, type=stype)
+    v = t.numpy().astype(np.float64)
+    assert t.scalar_type is stype
+    assert v.min() >= 0.0 and v.max() < 1.0
+    assert v.max() <= largest              # the largest value of the type below one
+    assert (v == largest).any()             # and it is reached
+    assert 0.45 < v.mean() < 0.55
+
+
+def test_rand_and_randn_draw_32_bit_floats():
+    # ExecuTorch draws float (not double) samples and casts them to the tensor's type.
+    etptr.manual_seed(5)
+    for fn in (etptr.rand, etptr.randn):
+        v = fn([1000], type=ST.Double).numpy()
+        assert (v.astype(np.float32).astype(np.float64) == v).all()
 
 
 @pytest.mark.parametrize("seed, cls", [
@@ -300,6 +419,8 @@ def test_full_bad_fill_values(value, fragment):
     (np.str_("a"), etptr.InvalidTypeError, "of type str_ is not a real number"),
     (np.complex64(1 + 1j), etptr.InvalidTypeError, "of type complex64"),
     (np.datetime64("2020"), etptr.InvalidTypeError, "of type datetime64"),
+    (np.timedelta64(3, "s"), etptr.InvalidTypeError, "of type timedelta64 is not a real number"),
+    (np.timedelta64(-2, "D"), etptr.InvalidTypeError, "of type timedelta64 is not a real number"),
     (1 << 63, etptr.InvalidArgumentError, f"fill_value={1 << 63} does not fit int64"),
     (-(1 << 63) - 1, etptr.InvalidArgumentError, "does not fit int64"),
     (1 << 1100, etptr.InvalidArgumentError, "does not fit int64"),
@@ -319,7 +440,7 @@ def test_full_fill_values_executorch_scalar_cannot_hold(value, cls, fragment):
 def test_full_int64_limits():
     assert etptr.full([1], (1 << 63) - 1, type=ST.Long).numpy().tolist() == [(1 << 63) - 1]
     assert etptr.full([1], -(1 << 63), type=ST.Long).numpy().tolist() == [-(1 << 63)]
-    assert etptr.full([1], 1e300, type=ST.Float).numpy().tolist() == [float("inf")]
+    assert etptr.full([1], 1e300, type=ST.Double).numpy().tolist() == [1e300]
 
 
 @pytest.mark.parametrize("maker", [etptr.empty, etptr.zeros, etptr.ones, etptr.rand, etptr.randn,
@@ -332,7 +453,8 @@ def test_full_int64_limits():
     ([1 << 62], {"type": ST.Double}, etptr.InvalidArgumentError, "byte count overflows"),
     (None, {}, etptr.InvalidArgumentError, "sizes must be a sequence"),
     ("22", {}, etptr.InvalidTypeError, "sizes must be a sequence"),
-    ([2], {"type": "f"}, etptr.InvalidTypeError, "type must be"),
+    ([2], {"type": "f"}, etptr.InvalidArgumentError, "type='f' is not a ScalarType name"),
+    ([2], {"type": 1.5}, etptr.InvalidTypeError, "type must be"),
     ([2], {"type": 31}, etptr.InvalidArgumentError, "type=31"),
     ([2], {"dynamism": 4}, etptr.InvalidArgumentError, "dynamism=4"),
     ([2], {"device": "npu"}, etptr.InvalidArgumentError, "device='npu'"),
@@ -472,3 +594,47 @@ def test_device_makers_without_allocator():
 def test_bfloat16_makers_match_ml_dtypes():
     t = etptr.full([3], 1.1, type=ST.BFloat16)
     assert t.numpy().tolist() == np.full(3, 1.1).astype(ml_dtypes.bfloat16).tolist()
+
+
+@pytest.mark.parametrize("spelling, stype", [
+    ("Half", ST.Half), (np.float16, ST.Half), (np.dtype("int32"), ST.Int),
+    (ml_dtypes.bfloat16, ST.BFloat16), ("UInt16", ST.UInt16), (np.dtype("float64"), ST.Double),
+], ids=repr)
+def test_makers_take_every_scalar_type_spelling(spelling, stype):
+    # Regression: type= took only a ScalarType or an int code.
+    other = etptr.zeros([2, 3])
+    made = [
+        etptr.empty([2], spelling), etptr.empty_strided([2], [1], type=spelling),
+        etptr.empty_like(other, spelling), etptr.full([2], 1, type=spelling),
+        etptr.full_strided([2], [1], 1, type=spelling), etptr.full_like(other, 1, type=spelling),
+        etptr.scalar_tensor(1, type=spelling), etptr.zeros([2], type=spelling),
+        etptr.zeros_like(other, type=spelling), etptr.ones([2], type=spelling),
+        etptr.ones_like(other, type=spelling), etptr.rand([2], type=spelling),
+        etptr.rand_strided([2], [1], type=spelling), etptr.rand_like(other, type=spelling),
+        etptr.randn([2], type=spelling), etptr.randn_strided([2], [1], type=spelling),
+        etptr.randn_like(other, type=spelling), etptr.randint(0, 2, [2], type=spelling),
+        etptr.randint_strided(0, 2, [2], [1], type=spelling),
+        etptr.randint_like(other, 0, 2, type=spelling),
+        etptr.from_blob(np.zeros(16, np.uint8), [2], spelling),
+        etptr.for_blob(np.zeros(16, np.uint8), [2], spelling).make_tensor_ptr(),
+        etptr.for_blob(None, [2]).type(spelling).make_tensor_ptr(),
+    ]
+    assert [t.scalar_type for t in made] == [stype] * len(made)
+    assert all(type(t.scalar_type) is ST for t in made)
+    assert etptr.ones([2], type=spelling).numpy().astype(np.float64).tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("bad, cls, fragment", [
+    ("half", etptr.InvalidArgumentError, "type='half' is not a ScalarType name; close names: Half"),
+    ("int32", etptr.InvalidArgumentError, "pass numpy.dtype('int32')"),
+    (np.longdouble, etptr.InvalidTypeError, "type=dtype('float128') has no ExecuTorch ScalarType"),
+    (float, etptr.InvalidTypeError, "type must be an etptr.ScalarType"),
+    (1.5, etptr.InvalidTypeError, "got 1.5 of type float"),
+])
+def test_makers_refuse_bad_type_spellings(bad, cls, fragment):
+    for make in (lambda: etptr.zeros([2], type=bad), lambda: etptr.full([2], 1, type=bad),
+                 lambda: etptr.rand_like(etptr.zeros([2]), type=bad),
+                 lambda: etptr.for_blob(None, [2], bad).make_tensor_ptr()):
+        with pytest.raises(cls) as info:
+            make()
+        assert fragment in str(info.value)

@@ -1,11 +1,12 @@
 """Type stubs for etptr._core._device: DeviceType and Device."""
 import builtins
-from enum import IntEnum
 from typing import TypeAlias
 
 from typing_extensions import disjoint_base
 
-class DeviceType(IntEnum):
+from etptr._core._error import NamedIntEnum
+
+class DeviceType(NamedIntEnum):
     CPU = 0
     CUDA = 1
 

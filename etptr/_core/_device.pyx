@@ -1,14 +1,12 @@
 """Devices: ExecuTorch's ``DeviceType`` and ``Device`` (``runtime/core/device.h``)."""
-from enum import IntEnum
-
 import numpy as np
 
 from etptr._core._error cimport raise_error
-from etptr._core._error import Error
+from etptr._core._error import Error, NamedIntEnum
 
 
-class DeviceType(IntEnum):
-    """ExecuTorch ``DeviceType``."""
+class DeviceType(NamedIntEnum):
+    """ExecuTorch ``DeviceType``; ``str()`` gives ExecuTorch's enumerator name (``"CPU"``, ``"CUDA"``)."""
     CPU = 0
     CUDA = 1
 
@@ -116,7 +114,7 @@ cdef class Device:
         return f"cuda:{self.c_index}"
 
     def __repr__(self):
-        return f"Device({_DEVICE_TYPES[self.c_type]!s}, {self.c_index})"
+        return f"Device(DeviceType.{_DEVICE_TYPES[self.c_type].name}, {self.c_index})"
 
     def __reduce__(self):
         return (Device, (_DEVICE_TYPES[self.c_type], self.c_index))

@@ -2,7 +2,11 @@
 from enum import IntEnum
 from typing import ClassVar
 
-class Error(IntEnum):
+# A base for enums, with no members of its own (as enum.IntEnum has none).
+class NamedIntEnum(IntEnum):  # type: ignore[misc]
+    def __format__(self, format_spec: str) -> str: ...
+
+class Error(NamedIntEnum):
     Ok = 0
     Internal = 1
     InvalidState = 2

@@ -7,9 +7,47 @@ class; codes without a dedicated class raise plain :class:`EtError`.
 """
 from enum import IntEnum
 
+# format() specs that ask for a number: they format the code, as for an int.
+_NUMERIC_FORMATS = frozenset("bcdoxXneEfFgG%")
 
-class Error(IntEnum):
-    """ExecuTorch ``runtime::Error`` codes (``runtime/core/error.h``)."""
+
+class NamedIntEnum(IntEnum):
+    """An ``IntEnum`` whose ``str()`` and ``format()`` give the member's name.
+
+    The base of etptr's ExecuTorch enums (``ScalarType``, ``DeviceType``,
+    ``TensorShapeDynamism``, ``Error``): ``str(ScalarType.Float)`` is
+    ``"Float"``, as ExecuTorch's ``toString(ScalarType)`` spells it, where a
+    plain ``IntEnum`` gives ``"6"`` (or ``"ScalarType.Float"`` before Python
+    3.11). Members still compare, hash and convert as their int codes.
+
+    Notes
+    -----
+    A format spec that asks for a number (one ending in ``b c d o x X n e E f F
+    g G %``, e.g. ``f"{t:d}"``, ``f"{t:02x}"``) formats the code; any other spec
+    (``""``, ``">10"``) formats the name.
+
+    Examples
+    --------
+    >>> from etptr import ScalarType
+    >>> str(ScalarType.Float), f"{ScalarType.Half}", f"{ScalarType.Half:d}"
+    ('Float', 'Half', '5')
+    """
+
+    def __str__(self):
+        return self._name_
+
+    def __format__(self, format_spec):
+        if format_spec and format_spec[-1] in _NUMERIC_FORMATS:
+            return int.__format__(self._value_, format_spec)
+        return str.__format__(self._name_, format_spec)
+
+
+class Error(NamedIntEnum):
+    """ExecuTorch ``runtime::Error`` codes (``runtime/core/error.h``).
+
+    ``str(Error.NotFound)`` is the enumerator's name, ``"NotFound"`` (ExecuTorch's
+    ``to_string`` spells it ``"Error::NotFound"``).
+    """
     Ok = 0
     Internal = 1
     InvalidState = 2

@@ -2,16 +2,18 @@
 
 Mirrors ``runtime/core/exec_aten/util/scalar_type_util.h``.
 """
-from enum import IntEnum
-
 import numpy as np
 
 from etptr._core._error cimport raise_error
-from etptr._core._error import Error
+from etptr._core._error import Error, NamedIntEnum
 
 
-class ScalarType(IntEnum):
-    """ExecuTorch ``ScalarType`` with ExecuTorch's own codes."""
+class ScalarType(NamedIntEnum):
+    """ExecuTorch ``ScalarType`` with ExecuTorch's own codes.
+
+    ``str()`` gives the name ExecuTorch's ``toString(ScalarType)`` gives
+    (``"Float"``); ``int()`` gives the code (6).
+    """
     Byte = 0
     Char = 1
     Short = 2
@@ -72,8 +74,9 @@ cdef inline bint _is_complex(int t) noexcept nogil:
 
 
 cdef inline bint _is_floating(int t) noexcept nogil:
-    # isFloatingType: Half, Float, Double, BFloat16 and the Float8 family.
-    return t == 5 or t == 6 or t == 7 or t == 15 or 23 <= t <= 26
+    # isFloatingType: Half, Float, Double and BFloat16 only (the Float8 types are not
+    # floating there, so canCast lets them reach the integral types).
+    return t == 5 or t == 6 or t == 7 or t == 15
 
 
 cdef inline bint _is_integral(int t) noexcept nogil:
@@ -93,16 +96,67 @@ cdef bint c_can_cast(int src, int dst) noexcept nogil:
     return True
 
 
+_BY_NAME = {t.name: t for t in ScalarType}
+_SPELLINGS = ("an etptr.ScalarType, an int code, a ScalarType name such as 'BFloat16', "
+              "or a NumPy dtype such as numpy.float16")
+
+
 cdef object c_scalar_type(object t, str argname):
-    """Validate ``t`` (ScalarType or int) and return the ScalarType member."""
+    """``t`` as a ScalarType member.
+
+    Accepts a ScalarType, an int code (0..29), a ScalarType name (``"BFloat16"``),
+    or a NumPy dtype or scalar type (``np.dtype("int32")``, ``np.float16``,
+    ``ml_dtypes.bfloat16``). Every ``type=`` argument comes through here.
+    """
     cdef long code
-    if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-        raise_error(Error.InvalidType,
-                    f"{argname} must be an etptr.ScalarType, got {t!r} of type {type(t).__name__}")
-    code = t if -1 <= t <= 1000 else -1
-    if not c_valid_scalar_type(code):
-        raise_error(Error.InvalidArgument, f"{argname}={t!r} is not a ScalarType code (0..29)")
-    return _SCALAR_TYPES[code]
+    if type(t) is ScalarType:
+        return t
+    if isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_)):
+        code = t if -1 <= t <= 1000 else -1
+        if not c_valid_scalar_type(code):
+            raise_error(Error.InvalidArgument, f"{argname}={t!r} is not a ScalarType code (0..29)")
+        return _SCALAR_TYPES[code]
+    if isinstance(t, str):
+        st = _BY_NAME.get(t)
+        if st is None:
+            _unknown_name(str(t), argname)  # str(): a numpy.str_ is a str subclass
+        return st
+    if isinstance(t, np.dtype) or (isinstance(t, type) and issubclass(t, np.generic)):
+        try:
+            dt = np.dtype(t)
+        except Exception as exc:  # abstract scalar types such as numpy.floating
+            raise_error(Error.InvalidType, f"{argname}={t!r} is not a NumPy dtype: {exc}")
+        return _from_dtype(dt, argname)
+    hint = ""
+    if t is float or t is int or t is bool or t is complex:
+        hint = f" (for NumPy's {np.dtype(t)} pass numpy.{np.dtype(t)})"
+    raise_error(Error.InvalidType,
+                f"{argname} must be {_SPELLINGS}, got {t!r:.80} of type {type(t).__name__}{hint}")
+
+
+cdef int _unknown_name(str name, str argname) except -1:
+    import difflib
+    names = list(_BY_NAME)
+    folded = {n.lower(): n for n in names}
+    close = [folded[name.lower()]] if name.lower() in folded else []
+    for match in difflib.get_close_matches(name.lower(), list(folded), n=4, cutoff=0.6):
+        if folded[match] not in close:
+            close.append(folded[match])
+    msg = f"{argname}={name!r} is not a ScalarType name"
+    msg += (f"; close names: {', '.join(close[:4])}" if close
+            else f"; the names are {', '.join(names)}")
+    try:
+        dt = np.dtype(name)
+    except Exception:
+        dt = None
+    if dt is not None:
+        st = _FROM_NUMPY.get(dt)
+        if st is None:
+            _load_ml_dtypes()
+            st = _FROM_NUMPY.get(dt)
+        if st is not None:
+            msg += f" (NumPy's {name!r} is ScalarType.{st.name}: pass numpy.dtype({name!r}) for it)"
+    raise_error(Error.InvalidArgument, msg)
 
 
 def element_size(t):
@@ -110,22 +164,55 @@ def element_size(t):
 
     Mirrors ExecuTorch ``elementSize(ScalarType)``.
 
+    Parameters
+    ----------
+    t : ScalarType, int code, ScalarType name (``"BFloat16"``) or NumPy dtype
+
+    Returns
+    -------
+    int
+        bytes
+
     Raises
     ------
     InvalidTypeError
-        ``t`` is not a ScalarType or int.
+        ``t`` is none of those spellings, or a dtype with no ScalarType.
     InvalidArgumentError
-        ``t`` is not one of ExecuTorch's codes.
+        ``t`` is an int outside ExecuTorch's codes or an unknown name (the
+        message lists close names).
     """
     return c_element_size(c_scalar_type(t, "t"))
 
 
 def can_cast(from_t, to_t):
-    """Whether a value of ``from_t`` may be cast to ``to_t`` (ExecuTorch ``canCast``).
+    """Whether a value of ``from_t`` may be cast to ``to_t``.
 
-    Refuses complex -> non-complex, floating (Half, BFloat16, Float, Double,
-    Float8) -> Byte/Char/Short/Int/Long, and any non-Bool -> Bool. UInt16/32/64
-    are not integral for this rule.
+    Mirrors ExecuTorch ``canCast``, which refuses three things and allows every
+    other pair:
+
+    * complex (ComplexHalf, ComplexFloat, ComplexDouble) -> non-complex;
+    * floating (``isFloatingType``: Half, Float, Double, BFloat16) -> integral
+      (``isIntegralType(t, false)``: Byte, Char, Short, Int, Long);
+    * any type but Bool -> Bool.
+
+    The Float8 types are not floating for the second rule and UInt16/32/64 are
+    not integral for it, so ``can_cast(Float8_e5m2, Byte)`` and
+    ``can_cast(Float, UInt32)`` are True.
+
+    Parameters
+    ----------
+    from_t, to_t : ScalarType, int code, ScalarType name or NumPy dtype
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    InvalidTypeError
+        An argument is none of those spellings, or a dtype with no ScalarType.
+    InvalidArgumentError
+        An argument is an int outside ExecuTorch's codes or an unknown name.
     """
     return bool(c_can_cast(c_scalar_type(from_t, "from_t"), c_scalar_type(to_t, "to_t")))
 
@@ -177,10 +264,22 @@ cdef object c_numpy_dtype(int t):
 def scalar_type_to_numpy(t):
     """The NumPy dtype holding elements of scalar type ``t``.
 
-    BFloat16 and the Float8 types map to ``ml_dtypes`` dtypes.
+    The NumPy side of ExecuTorch's ``ScalarTypeToCppType``: each type maps to
+    the dtype of its C type; BFloat16 and the Float8 types map to ``ml_dtypes``
+    dtypes.
+
+    Parameters
+    ----------
+    t : ScalarType, int code, ScalarType name or NumPy dtype
+
+    Returns
+    -------
+    numpy.dtype
 
     Raises
     ------
+    InvalidTypeError, InvalidArgumentError
+        ``t`` is not a scalar type (as for :func:`element_size`).
     NotSupportedError
         ``t`` has no NumPy dtype (ComplexHalf, quantized and bits types), or
         needs ``ml_dtypes`` and it is not installed.
@@ -202,6 +301,11 @@ def scalar_type_from_numpy(dtype):
         dt = np.dtype(dtype)
     except TypeError as exc:
         raise_error(Error.InvalidType, f"dtype={dtype!r} is not a NumPy dtype: {exc}")
+    return _from_dtype(dt, "dtype")
+
+
+cdef object _from_dtype(object dt, str argname):
+    """The ScalarType of the numpy.dtype ``dt``, or InvalidTypeError naming ``argname``."""
     st = _FROM_NUMPY.get(dt)
     if st is None:
         # ml_dtypes' types are not all kind "V" (float8_e5m2 is "f"): try it for any miss
@@ -211,6 +315,7 @@ def scalar_type_from_numpy(dtype):
         st = _FROM_NUMPY.get(dt.newbyteorder("=")) if dt.isnative is False else None
         if st is not None:
             raise_error(Error.InvalidType,
-                        f"dtype={dt!r} is not in native byte order; convert it with astype first")
-        raise_error(Error.InvalidType, f"dtype={dt!r} has no ExecuTorch ScalarType")
+                        f"{argname}={dt!r} is not in native byte order; use the native dtype "
+                        f"(convert arrays with astype first)")
+        raise_error(Error.InvalidType, f"{argname}={dt!r} has no ExecuTorch ScalarType")
     return st

@@ -4,8 +4,8 @@ from typing import Any, final
 from typing_extensions import Buffer
 
 from etptr._core._device import _DeviceLike
-from etptr._core._scalar_type import _ScalarTypeLike
 from etptr._core._make_tensor_ptr import make_tensor_ptr as make_tensor_ptr
+from etptr._core._scalar_type import ScalarTypeLike
 from etptr._core._tensor_ptr import TensorPtr, _Deleter, _DynamismLike, _Ints, _Number
 
 _Blob = int | None | Buffer
@@ -13,7 +13,7 @@ _Blob = int | None | Buffer
 @final
 class TensorPtrMaker:
     def __init__(self, *args: Any, **kwargs: Any) -> None: ...
-    def type(self, type: _ScalarTypeLike) -> TensorPtrMaker: ...
+    def type(self, type: ScalarTypeLike) -> TensorPtrMaker: ...
     def dim_order(self, dim_order: _Ints | None) -> TensorPtrMaker: ...
     def strides(self, strides: _Ints | None) -> TensorPtrMaker: ...
     def dynamism(self, dynamism: _DynamismLike) -> TensorPtrMaker: ...
@@ -22,11 +22,11 @@ class TensorPtrMaker:
     def make_tensor_ptr(self) -> TensorPtr: ...
 
 def manual_seed(seed: int | None) -> None: ...
-def for_blob(data: _Blob, sizes: _Ints, type: _ScalarTypeLike = 6) -> TensorPtrMaker: ...
+def for_blob(data: _Blob, sizes: _Ints, type: ScalarTypeLike = 6) -> TensorPtrMaker: ...
 def from_blob(
     data: _Blob,
     sizes: _Ints,
-    type: _ScalarTypeLike = 6,
+    type: ScalarTypeLike = 6,
     *,
     dim_order: _Ints | None = None,
     strides: _Ints | None = None,
@@ -35,82 +35,82 @@ def from_blob(
     device: _DeviceLike = "cpu",
 ) -> TensorPtr: ...
 def empty(
-    sizes: _Ints, type: _ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def empty_strided(
-    sizes: _Ints, strides: _Ints | None, type: _ScalarTypeLike = 6,
+    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = 6,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def empty_like(
-    other: TensorPtr, type: _ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
+    other: TensorPtr, type: ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def full(
-    sizes: _Ints, fill_value: _Number, type: _ScalarTypeLike = 6,
+    sizes: _Ints, fill_value: _Number, type: ScalarTypeLike = 6,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def full_strided(
-    sizes: _Ints, strides: _Ints | None, fill_value: _Number, type: _ScalarTypeLike = 6,
+    sizes: _Ints, strides: _Ints | None, fill_value: _Number, type: ScalarTypeLike = 6,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def full_like(
-    other: TensorPtr, fill_value: _Number, type: _ScalarTypeLike | None = None,
+    other: TensorPtr, fill_value: _Number, type: ScalarTypeLike | None = None,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def scalar_tensor(
-    value: _Number, type: _ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    value: _Number, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def zeros(
-    sizes: _Ints, type: _ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def zeros_like(
-    other: TensorPtr, type: _ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
+    other: TensorPtr, type: ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def ones(
-    sizes: _Ints, type: _ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def ones_like(
-    other: TensorPtr, type: _ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
+    other: TensorPtr, type: ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def rand(
-    sizes: _Ints, type: _ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def rand_strided(
-    sizes: _Ints, strides: _Ints | None, type: _ScalarTypeLike = 6,
+    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = 6,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def rand_like(
-    other: TensorPtr, type: _ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
+    other: TensorPtr, type: ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def randn(
-    sizes: _Ints, type: _ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def randn_strided(
-    sizes: _Ints, strides: _Ints | None, type: _ScalarTypeLike = 6,
+    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = 6,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def randn_like(
-    other: TensorPtr, type: _ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
+    other: TensorPtr, type: ScalarTypeLike | None = None, dynamism: _DynamismLike = ..., *,
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def randint(
-    low: int, high: int, sizes: _Ints, type: _ScalarTypeLike = 3,
+    low: int, high: int, sizes: _Ints, type: ScalarTypeLike = 3,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def randint_strided(
-    low: int, high: int, sizes: _Ints, strides: _Ints | None, type: _ScalarTypeLike = 3,
+    low: int, high: int, sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = 3,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def randint_like(
-    other: TensorPtr, low: int, high: int, type: _ScalarTypeLike | None = None,
+    other: TensorPtr, low: int, high: int, type: ScalarTypeLike | None = None,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
