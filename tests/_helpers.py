@@ -28,40 +28,6 @@ def load_fakecupy():
 
 
 @functools.lru_cache(maxsize=None)
-def np_bool_index_warns():
-    """True where NumPy (before 2.3) still lets a numpy.bool_ be an index, with a
-    DeprecationWarning, instead of refusing it with TypeError."""
-    import operator
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        try:
-            operator.index(np.True_)
-        except DeprecationWarning:
-            return True
-        except TypeError:
-            return False
-    return False
-
-
-@functools.lru_cache(maxsize=None)
-def ctypes_struct_format_parses():
-    """True where ctypes gives a padded structure a PEP 3118 format NumPy can read
-    (Python 3.13 does; 3.11 leaves the padding out and NumPy refuses it)."""
-    import warnings
-
-    class Rec(ctypes.Structure):
-        _fields_ = [("a", ctypes.c_int), ("b", ctypes.c_char)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            np.asarray(memoryview((Rec * 4)())[::2])
-        except Exception:
-            return False
-    return True
-
-
-@functools.lru_cache(maxsize=None)
 def cuda_available():
     """True when CuPy imports and reports at least one CUDA device."""
     try:

@@ -340,7 +340,9 @@ class TestBuffers:
         mv = memoryview((Rec * 4)())[::2]
         with pytest.raises(etptr.InvalidArgumentError) as info:
             etptr.make_tensor_ptr([2], mv)
-        assert str(info.value).startswith("data: the buffer (format ")
+        # NumPy reads the structure's format on some Pythons (3.13): then the strided array
+        # is refused; elsewhere the byte-view fallback refuses the buffer itself
+        assert str(info.value).startswith("data: the buffer ")
         assert "is not contiguous" in str(info.value)
         whole = etptr.make_tensor_ptr([16], (Rec * 4)())  # contiguous: aliased as bytes
         assert whole.scalar_type is ST.Byte
@@ -517,9 +519,8 @@ def test_16_dims_is_the_limit():
     ({"sizes": [0, 3], "strides": [7, 5]}, etptr.InvalidArgumentError, "strides=(7, 5) disagree"),
     ({"sizes": [2], "type": 30}, etptr.InvalidArgumentError, "type=30 is not a ScalarType code"),
     ({"sizes": [2], "type": -1}, etptr.InvalidArgumentError, "type=-1"),
-    ({"sizes": [2], "type": "Float"}, etptr.InvalidTypeError, "type must be an etptr.ScalarType"),
-    ({"sizes": [2], "type": np.float32}, etptr.InvalidTypeError, "type must be an etptr.ScalarType"),
-    ({"sizes": [2], "type": np.dtype("f4")}, etptr.InvalidTypeError, "type must be an etptr.ScalarType"),
+    ({"sizes": [2], "type": "Floot"}, etptr.InvalidArgumentError, "close names: Float"),
+    ({"sizes": [2], "type": np.dtype("U3")}, etptr.InvalidTypeError, "has no ExecuTorch ScalarType"),
     ({"sizes": [2], "type": True}, etptr.InvalidTypeError, "type must be an etptr.ScalarType"),
     ({"sizes": [2], "dynamism": 3}, etptr.InvalidArgumentError, "dynamism=3"),
     ({"sizes": [2], "dynamism": None}, etptr.InvalidTypeError, "dynamism must be"),

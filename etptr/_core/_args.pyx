@@ -11,6 +11,8 @@ from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t
 
 from etptr._core._error cimport raise_error
 
+import numpy as np
+
 from etptr._core._error import Error
 
 _pytype = type
@@ -38,7 +40,7 @@ cdef int64_t c_int_arg(object v, str argname, int64_t lo, int64_t hi,
     if _pytype(v) is int:
         i_obj = v
     else:
-        if isinstance(v, bool):
+        if isinstance(v, bool) or isinstance(v, np.bool_):
             raise_error(Error.InvalidType,
                         f"{_label(argname, pos)}={v!r} is a bool; expected an int")
         try:

@@ -1,6 +1,5 @@
 """Type stubs for etptr._core._tensor_ptr: TensorPtr and TensorShapeDynamism."""
 from collections.abc import Callable, Sequence
-from enum import IntEnum
 from typing import Any, NoReturn, SupportsIndex, TypeAlias, TypedDict, final, overload
 
 import numpy as np
@@ -8,9 +7,10 @@ import numpy.typing as npt
 from typing_extensions import CapsuleType
 
 from etptr._core._device import Device, _DeviceLike
+from etptr._core._error import NamedIntEnum
 from etptr._core._scalar_type import ScalarType, _ScalarTypeLike
 
-class TensorShapeDynamism(IntEnum):
+class TensorShapeDynamism(NamedIntEnum):
     STATIC = 0
     DYNAMIC_BOUND = 1
     DYNAMIC_UNBOUND = 2

@@ -16,8 +16,6 @@ from cpython.number cimport PyNumber_Index
 from libc.stdint cimport int64_t, uint8_t, uintptr_t
 from libc.string cimport memcpy
 
-from enum import IntEnum
-
 import numpy as np
 
 from etptr._core._args cimport c_int_arg, c_type_name
@@ -30,13 +28,13 @@ from etptr._core._storage cimport (
     Storage, c_check_alive, c_device_storage, c_host_storage, c_pinned_storage)
 
 from etptr._core._device import DeviceType
-from etptr._core._error import Error
+from etptr._core._error import Error, NamedIntEnum
 from etptr._core._scalar_type import ScalarType
 
 cnp.import_array()
 
 
-class TensorShapeDynamism(IntEnum):
+class TensorShapeDynamism(NamedIntEnum):
     """ExecuTorch ``TensorShapeDynamism``: whether and how a tensor may be resized."""
     STATIC = 0
     DYNAMIC_BOUND = 1
