@@ -22,6 +22,7 @@ cimport cython
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
 import os
 import threading
@@ -181,6 +182,12 @@ cdef class _Engine:
     cdef list ring
     cdef int64_t ring_bytes
     cdef bint busy
+    # Tiny uploads (up to _TINY bytes): copied into one of _TINY_SLOTS page-locked slots
+    # and sent from there, so the driver neither stages nor waits (a pageable upload
+    # synchronises its stream first); a slot is reused once its event has completed.
+    cdef char* tiny
+    cdef intptr_t tiny_event[64]
+    cdef int tiny_next
 
 
 cdef dict _engines = {}
@@ -596,6 +603,39 @@ cdef int _one_dma(uintptr_t dst, uintptr_t src, int64_t nbytes, bint h2d, intptr
     return rc
 
 
+cdef int64_t _TINY = 4096
+cdef int _TINY_SLOTS = 64
+
+
+cdef int _tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr_t s,
+                   bint sync) except -1:
+    """A tiny upload through the engine's page-locked tiny slots (``dev`` current)."""
+    cdef _Engine eng = _engine(dev)
+    cdef int j
+    cdef int rc
+    cdef char* slot
+    if eng.tiny == NULL:
+        eng.tiny = <char*>c_host_alloc(_TINY * _TINY_SLOTS)
+    with eng.lock:
+        j = eng.tiny_next
+        eng.tiny_next = (j + 1) % _TINY_SLOTS
+        if eng.tiny_event[j] == 0:
+            eng.tiny_event[j] = c_event_create()
+        slot = eng.tiny + j * _TINY
+        with nogil:
+            rc = api.event_sync(<void*>eng.tiny_event[j])    # its last upload has been read
+            if rc == 0:
+                memcpy(slot, <const void*>src, <size_t>nbytes)
+                rc = api.htod(dst, slot, <size_t>nbytes, <void*>s)
+            if rc == 0:
+                rc = api.event_record(<void*>eng.tiny_event[j], <void*>s)
+            if rc == 0 and sync:
+                rc = api.stream_sync(<void*>s)
+    if rc != 0:
+        c_cuda_failed(rc, f"host->device copy of nbytes={nbytes} on cuda:{dev}")
+    return 0
+
+
 cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev, intptr_t s,
                     bint sync, CopyConfig* cfg, bint h2d) except -1:
     """One copy between ``host`` and ``dev_side`` on stream ``s`` (``dev`` current), by the
@@ -613,6 +653,8 @@ cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev,
         rc = _one_dma(dst, src, nbytes, h2d, s, sync)
         if rc == 0 and not sync and slab is not None:
             c_record(slab, s, dev)
+    elif h2d and nbytes <= _TINY and api.driver:
+        _tiny_h2d(dst, src, nbytes, dev, s, sync)
     elif nbytes <= cfg.small_bytes:
         # small and pageable: one cudaMemcpyAsync; the driver stages it. Into pageable
         # memory, or for the default synchronous form, wait for it.
