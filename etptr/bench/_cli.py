@@ -267,8 +267,9 @@ def _tiny_table(timings, stat):
 def _run_checkpoint(args, env, out) -> tuple:
     if args.layout:
         import tempfile
-        with tempfile.TemporaryDirectory(prefix="etptr-layout-") as tmp:
-            spec = _layouts.LAYOUTS[args.layout]
+        spec = _layouts.LAYOUTS[args.layout]
+        with tempfile.TemporaryDirectory(prefix="etptr-layout-",
+                                         dir=_files.scratch_dir(3 * spec.nbytes)) as tmp:
             out(f"writing a {args.layout}-shaped checkpoint ({spec.description}) to {tmp}")
             path = _layouts.write_layout(args.layout, tmp)
             return _measure_checkpoint(args, env, out, [path])

@@ -175,7 +175,8 @@ def run_many(env, args, out) -> tuple:
     rng = np.random.default_rng(0)
     small = [rng.integers(0, 255, SMALL_BYTES, dtype=np.uint8) for _ in range(SMALL_COUNT)]
     small_t = [etptr.make_tensor_ptr(a) for a in small]
-    tmp = tempfile.TemporaryDirectory(prefix="etptr-many-")
+    from etptr.bench._files import scratch_dir
+    tmp = tempfile.TemporaryDirectory(prefix="etptr-many-", dir=scratch_dir(1 << 31))
     report, ok = {}, True
     try:
         with env.context():
@@ -192,6 +193,11 @@ def run_many(env, args, out) -> tuple:
             line, keep_line = _line_cases(env)
             small_cases, keep_small, ok_small = _set_cases(env, "small", small, small_t)
             ckpt_cases, keep_ckpt, ok_ckpt = _set_cases(env, "ckpt", arrays, views, whole)
+            ckpt_cases.append((Case("ckpt.etptr_load.h2d", "etptr.load_safetensors(file) (the same "
+                                    "bytes from a fresh map)",
+                                    lambda: etptr.load_safetensors(path, env.device, progress=False),
+                                    nbytes=sum(v.nbytes for v in views), count=len(views),
+                                    sync=env.sync), "H2D"))
             tiny, keep_tiny = _tiny_cases(env)
             cases = line + [c for c, _ in small_cases] + [c for c, _ in ckpt_cases] + tiny
             timings = run_cases(cases, repeats=args.repeats, warmup=args.warmup,
