@@ -105,3 +105,30 @@ def test_import_needs_no_cupy():
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_signatures_show_names_not_codes_or_bare_sentinels():
+    import inspect
+    for fn in (etptr.make_tensor_ptr, etptr.empty, etptr.full, etptr.randint, etptr.for_blob,
+               etptr.from_blob, etptr.DeviceMemoryBuffer.create,
+               etptr.DeviceMemoryBuffer.tensor):
+        text = str(inspect.signature(fn))
+        assert "object at 0x" not in text, (fn, text)
+        assert "type=6" not in text and "type=3" not in text, (fn, text)
+    assert "type=<ScalarType.Float: 6>" in str(inspect.signature(etptr.empty))
+    assert "data=<not given>" in str(inspect.signature(etptr.make_tensor_ptr))
+
+
+def test_readme_many_tensors_example_runs(tmp_path):
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    example = next(b for b in blocks if "clone_tensor_ptrs_to" in b)
+    script = tmp_path / "example.py"
+    script.write_text(example.replace("/tmp/x.safetensors", str(tmp_path / "x.safetensors")))
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

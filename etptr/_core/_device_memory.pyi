@@ -26,11 +26,11 @@ class DeviceMemoryBuffer:
         self,
         offset: int,
         sizes: _Ints,
-        type: _ScalarTypeLike = 6,
+        type: _ScalarTypeLike = ...,
         *,
         dim_order: _Ints | None = None,
         strides: _Ints | None = None,
-        dynamism: _DynamismLike = 1,
+        dynamism: _DynamismLike = ...,
     ) -> TensorPtr: ...
     def close(self) -> None: ...
     def __enter__(self) -> Self: ...

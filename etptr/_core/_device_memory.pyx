@@ -23,6 +23,8 @@ from etptr._core._tensor_ptr cimport TensorPtr, c_dynamism_arg, c_new_tensor, c_
 
 from etptr._core import _device_allocator
 from etptr._core._error import Error
+from etptr._core._scalar_type import ScalarType
+from etptr._core._tensor_ptr import TensorShapeDynamism
 
 
 cdef DeviceMemoryBuffer c_buffer_create(int64_t nbytes, Device device, int64_t alignment,
@@ -112,8 +114,8 @@ cdef class DeviceMemoryBuffer:
         """True after :meth:`close`: no new views can be made."""
         return self.c_storage is None
 
-    def tensor(self, offset, sizes, type=6, *, dim_order=None, strides=None,
-               dynamism=1):
+    def tensor(self, offset, sizes, type=ScalarType.Float, *, dim_order=None, strides=None,
+               dynamism=TensorShapeDynamism.DYNAMIC_BOUND):
         """A TensorPtr view of the buffer at byte ``offset``.
 
         Parameters

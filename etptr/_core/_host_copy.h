@@ -70,22 +70,4 @@ static void etptr_copy_stream(char* dst, const char* src, size_t n) {
 }
 #endif
 
-/* Map the pages of [p, p+n) of a file mapping into the page tables (reading nothing), so
-   that later copies from them take no page faults: MADV_POPULATE_READ (Linux 5.14+), or
-   one read per page where the kernel lacks it. */
-#include <sys/mman.h>
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-static void etptr_populate(const char* p, size_t n) {
-    size_t page = 4096;
-    char* start = (char*)((size_t)p & ~(page - 1));
-    size_t len = (size_t)(p + n - start);
-    volatile const char* q;
-    if (n == 0) return;
-    if (madvise(start, len, MADV_POPULATE_READ) == 0) return;
-    for (q = p; q < p + n; q += page) (void)*q;
-    (void)*(p + n - 1);
-}
-
 #endif

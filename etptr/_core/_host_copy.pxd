@@ -12,7 +12,6 @@ cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
                      bint stream) noexcept nogil
 cdef void c_par_copy_list(const Segment* segs, long long nsegs, long long total, int threads,
                           bint stream) noexcept nogil
-cdef void c_par_populate(const char* src, long long n, int threads) noexcept nogil
 cdef long long c_copy_begin(int threads) noexcept nogil
 cdef void c_copy_end(long long epoch) noexcept nogil
 cdef int c_cpu_count() except -1

@@ -69,7 +69,6 @@ cdef extern from "_host_copy.h" nogil:
     void etptr_spin_unlock(long long* p)
     long long etptr_now_ns()
     void etptr_copy_stream(char* dst, const char* src, size_t n)
-    void etptr_populate(const char* p, size_t n)
 
 
 cdef int c_cpu_count() except -1:
@@ -94,7 +93,6 @@ cdef struct _Job:
     long long done           # atomic: pieces copied
     long long refs           # atomic: workers inside the job
     bint stream              # non-temporal stores (the destination is read by DMA next)
-    bint populate            # map the sources' pages instead of copying (see c_par_populate)
     _Job* link
 
 
@@ -149,10 +147,7 @@ cdef void _copy_range(_Job* job, long long a, long long b) noexcept nogil:
     cdef const Segment* seg
     if job.starts == NULL:
         seg = &job.segs[0]
-        if job.populate:
-            etptr_populate(seg.src + a, <size_t>(b - a))
-        else:
-            _copy(seg.dst + a, seg.src + a, b - a, job.stream)
+        _copy(seg.dst + a, seg.src + a, b - a, job.stream)
         return
     lo = 0                          # the last segment starting at or before a
     hi = job.nsegs - 1
@@ -362,8 +357,8 @@ cdef void _unlink_job(_Job* job) noexcept nogil:
         sched_yield()
 
 
-cdef void _one_range(char* dst, const char* src, long long n, int threads, bint stream,
-                     bint populate) noexcept nogil:
+cdef void _one_range(char* dst, const char* src, long long n, int threads,
+                     bint stream) noexcept nogil:
     cdef Segment seg
     cdef _Job job
     seg.dst = dst
@@ -374,23 +369,16 @@ cdef void _one_range(char* dst, const char* src, long long n, int threads, bint 
     job.starts = NULL
     job.total = n
     job.stream = stream
-    job.populate = populate
     job.done = 0
     job.refs = 0
     _run_job(&job, threads)
-
-
-cdef void c_par_populate(const char* src, long long n, int threads) noexcept nogil:
-    """Map the pages of ``n`` bytes of a file mapping at ``src`` into the page tables with up
-    to ``threads`` threads, so that the copies that follow take no page faults."""
-    _one_range(NULL, src, n, threads, False, True)
 
 
 cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
                      bint stream) noexcept nogil:
     """memcpy of ``n`` bytes with up to ``threads`` threads, pieces of at least 128 KiB;
     ``stream``: with non-temporal stores."""
-    _one_range(dst, src, n, threads, stream, False)
+    _one_range(dst, src, n, threads, stream)
 
 
 cdef void c_par_copy_list(const Segment* segs, long long nsegs, long long total, int threads,
@@ -418,7 +406,6 @@ cdef void c_par_copy_list(const Segment* segs, long long nsegs, long long total,
     job.starts = starts
     job.total = at
     job.stream = stream
-    job.populate = False
     job.done = 0
     job.refs = 0
     _run_job(&job, threads)
@@ -469,18 +456,6 @@ def parallel_copy_list(segments, threads, stream=False):
             c_par_copy_list(segs, n, total, t, nt)
     finally:
         free(segs)
-
-
-def parallel_populate(address, nbytes, threads):
-    """Map the pages of ``nbytes`` bytes of a file mapping at ``address`` into the page
-    tables with up to ``threads`` threads (no data is read into etptr's memory)."""
-    cdef int64_t n = c_count_arg(nbytes, "nbytes")
-    cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
-    cdef uintptr_t a = <uintptr_t>c_count_arg(address, "address")
-    if n and a == 0:
-        raise_error(Error.InvalidArgument, "address must not be null")
-    with nogil:
-        c_par_populate(<const char*>a, n, t)
 
 
 def copy_threads():

@@ -36,7 +36,15 @@ from etptr._core._tensor_ptr import TensorShapeDynamism
 cnp.import_array()
 
 _SCALAR_TYPES = tuple(ScalarType)
-cdef object _MISSING = object()
+class _NotGiven:
+    """The default of arguments whose absence picks an overload (``None`` is a value)."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return "<not given>"
+
+
+cdef object _MISSING = _NotGiven()
 
 # numpy type number -> ScalarType code, for the ndarray fast path (-1: ask the slow path).
 cdef int[64] _NPY_TO_ST

@@ -22,11 +22,11 @@ class TensorPtrMaker:
     def make_tensor_ptr(self) -> TensorPtr: ...
 
 def manual_seed(seed: int | None) -> None: ...
-def for_blob(data: _Blob, sizes: _Ints, type: ScalarTypeLike = 6) -> TensorPtrMaker: ...
+def for_blob(data: _Blob, sizes: _Ints, type: ScalarTypeLike = ...) -> TensorPtrMaker: ...
 def from_blob(
     data: _Blob,
     sizes: _Ints,
-    type: ScalarTypeLike = 6,
+    type: ScalarTypeLike = ...,
     *,
     dim_order: _Ints | None = None,
     strides: _Ints | None = None,
@@ -35,11 +35,11 @@ def from_blob(
     device: _DeviceLike = "cpu",
 ) -> TensorPtr: ...
 def empty(
-    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = ..., dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def empty_strided(
-    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = 6,
+    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = ...,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def empty_like(
@@ -47,11 +47,11 @@ def empty_like(
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def full(
-    sizes: _Ints, fill_value: _Number, type: ScalarTypeLike = 6,
+    sizes: _Ints, fill_value: _Number, type: ScalarTypeLike = ...,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def full_strided(
-    sizes: _Ints, strides: _Ints | None, fill_value: _Number, type: ScalarTypeLike = 6,
+    sizes: _Ints, strides: _Ints | None, fill_value: _Number, type: ScalarTypeLike = ...,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def full_like(
@@ -59,11 +59,11 @@ def full_like(
     dynamism: _DynamismLike = ..., *, device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def scalar_tensor(
-    value: _Number, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    value: _Number, type: ScalarTypeLike = ..., dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def zeros(
-    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = ..., dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def zeros_like(
@@ -71,7 +71,7 @@ def zeros_like(
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def ones(
-    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = ..., dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def ones_like(
@@ -79,11 +79,11 @@ def ones_like(
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def rand(
-    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = ..., dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def rand_strided(
-    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = 6,
+    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = ...,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def rand_like(
@@ -91,11 +91,11 @@ def rand_like(
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def randn(
-    sizes: _Ints, type: ScalarTypeLike = 6, dynamism: _DynamismLike = ..., *,
+    sizes: _Ints, type: ScalarTypeLike = ..., dynamism: _DynamismLike = ..., *,
     device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def randn_strided(
-    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = 6,
+    sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = ...,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def randn_like(
@@ -103,11 +103,11 @@ def randn_like(
     device: _DeviceLike | None = None, pinned: bool = False,
 ) -> TensorPtr: ...
 def randint(
-    low: int, high: int, sizes: _Ints, type: ScalarTypeLike = 3,
+    low: int, high: int, sizes: _Ints, type: ScalarTypeLike = ...,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def randint_strided(
-    low: int, high: int, sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = 3,
+    low: int, high: int, sizes: _Ints, strides: _Ints | None, type: ScalarTypeLike = ...,
     dynamism: _DynamismLike = ..., *, device: _DeviceLike = "cpu", pinned: bool = False,
 ) -> TensorPtr: ...
 def randint_like(

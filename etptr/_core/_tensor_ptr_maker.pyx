@@ -125,7 +125,7 @@ cdef class TensorPtrMaker:
                                self._type, self._dynamism, self._deleter, self._device)
 
 
-def for_blob(data, sizes, type=6):
+def for_blob(data, sizes, type=ScalarType.Float):
     """A builder for a tensor over existing memory (ExecuTorch ``for_blob``).
 
     Parameters
@@ -143,7 +143,7 @@ def for_blob(data, sizes, type=6):
     return m
 
 
-def from_blob(data, sizes, type=6, *, dim_order=None, strides=None,
+def from_blob(data, sizes, type=ScalarType.Float, *, dim_order=None, strides=None,
               dynamism=_BOUND, deleter=None, device="cpu"):
     """A tensor aliasing existing memory (ExecuTorch ``from_blob``).
 
@@ -328,7 +328,7 @@ cdef Metadata _like_meta(TensorPtr src):
 
 # ------------------------------------------------------------------ empty
 
-def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def empty(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """An uninitialised, contiguous tensor (ExecuTorch ``empty``).
 
     Parameters
@@ -351,7 +351,7 @@ def empty(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
                   c_device(device, "device"), pinned)
 
 
-def empty_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def empty_strided(sizes, strides, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """An uninitialised tensor with the layout ``strides`` (in elements) describe
     (ExecuTorch ``empty_strided``). The strides must follow from some
     dim_order, as in :func:`make_tensor_ptr`; else ``InvalidArgumentError``.
@@ -372,7 +372,7 @@ def empty_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
 
 # ------------------------------------------------------------------ full / zeros / ones
 
-def full(sizes, fill_value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def full(sizes, fill_value, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """A contiguous tensor with every element ``fill_value`` (ExecuTorch ``full``).
 
     Parameters
@@ -414,7 +414,7 @@ def full(sizes, fill_value, type=6, dynamism=_BOUND, *, device="cpu", pinned=Fal
     return full_strided(sizes, None, fill_value, type, dynamism, device=device, pinned=pinned)
 
 
-def full_strided(sizes, strides, fill_value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def full_strided(sizes, strides, fill_value, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """:func:`full` with the layout ``strides`` (in elements) describe (ExecuTorch ``full_strided``).
 
     Raises what :func:`full` raises; strides that no dim_order describes raise
@@ -442,7 +442,7 @@ def full_like(other, fill_value, type=None, dynamism=_BOUND, *, device=None, pin
                    _fill_with_value(scalar, fill_value, t, "fill_value"), pinned)
 
 
-def scalar_tensor(value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def scalar_tensor(value, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """A 0-dim tensor holding ``value`` (ExecuTorch ``scalar_tensor``).
 
     ``value`` is extracted as :func:`full` extracts ``fill_value`` (and errors
@@ -452,7 +452,7 @@ def scalar_tensor(value, type=6, dynamism=_BOUND, *, device="cpu", pinned=False)
     return full((), value, type, dynamism, device=device, pinned=pinned)
 
 
-def zeros(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def zeros(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """A contiguous tensor of zeros (ExecuTorch ``zeros``, which is ``full(sizes, 0)``).
 
     Raises
@@ -485,7 +485,7 @@ cdef TensorPtr _zeros(Metadata meta, int type, int dyn, Device device, bint pinn
     return c_clone_to(t, device, None, True)
 
 
-def ones(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def ones(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """A contiguous tensor of ones (ExecuTorch ``ones``, which is ``full(sizes, 1)``).
 
     Raises what :func:`full` raises for the int 1 (so Bool gives True).
@@ -501,7 +501,7 @@ def ones_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
 
 # ------------------------------------------------------------------ random
 
-def rand(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def rand(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """Uniform samples in [0, 1) cast to ``type`` (ExecuTorch ``rand``; an
     integral type therefore gives zeros, Bool gives True but for exact zeros).
 
@@ -523,7 +523,7 @@ def rand(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
                    _uniform_fill(t), pinned)
 
 
-def rand_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def rand_strided(sizes, strides, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """:func:`rand` with the layout ``strides`` describe (ExecuTorch ``rand_strided``).
     """
     cdef Metadata meta = _meta(sizes, strides)
@@ -542,7 +542,7 @@ def rand_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
                    _uniform_fill(t), pinned)
 
 
-def randn(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def randn(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """Standard normal samples cast to ``type`` (ExecuTorch ``randn``).
 
     Raises what :func:`rand` raises.
@@ -551,7 +551,7 @@ def randn(sizes, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
                    c_device(device, "device"), _fill_normal, pinned)
 
 
-def randn_strided(sizes, strides, type=6, dynamism=_BOUND, *, device="cpu", pinned=False):
+def randn_strided(sizes, strides, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """:func:`randn` with the layout ``strides`` describe (ExecuTorch ``randn_strided``).
     """
     return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
@@ -568,7 +568,7 @@ def randn_like(other, type=None, dynamism=_BOUND, *, device=None, pinned=False):
                    _fill_normal, pinned)
 
 
-def randint(low, high, sizes, type=3, dynamism=_BOUND, *, device="cpu", pinned=False):
+def randint(low, high, sizes, type=ScalarType.Int, dynamism=_BOUND, *, device="cpu", pinned=False):
     """Integers drawn uniformly from [low, high) cast to ``type`` (ExecuTorch ``randint``).
 
     Raises
@@ -585,7 +585,7 @@ def randint(low, high, sizes, type=3, dynamism=_BOUND, *, device="cpu", pinned=F
                    c_device(device, "device"), _fill_ints(low, high), pinned)
 
 
-def randint_strided(low, high, sizes, strides, type=3, dynamism=_BOUND, *, device="cpu", pinned=False):
+def randint_strided(low, high, sizes, strides, type=ScalarType.Int, dynamism=_BOUND, *, device="cpu", pinned=False):
     """:func:`randint` with the layout ``strides`` describe (ExecuTorch ``randint_strided``).
     """
     _check_range(low, high)

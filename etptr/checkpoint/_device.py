@@ -20,7 +20,6 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from etptr._core import _host_copy
 from etptr._core._device import Device
 from etptr._core._device_copy import clone_tensor_ptr_to_cpu, d2h_copy, h2d_copy
 from etptr._core._device_memory import DeviceMemoryBuffer
@@ -72,18 +71,12 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
     total = plan.nbytes
     done = 0
     out: dict[str, TensorPtr] = {}
-    threads = min(16, _host_copy.cpu_count())
     limit = LOAD_STEP if progress is not None else total
     for f in plan.files:
         layout = layout_file(f, DEVICE_ALIGNMENT)
         mapped = map_file(f)
         with DeviceMemoryBuffer.create(layout.nbytes, device, alignment=DEVICE_ALIGNMENT) as buf:
             if mapped is not None:
-                # page tables for the runs first, by all threads at once: the copies that
-                # follow then take no page faults (a fresh map faults once per 4 KiB page)
-                base = np.frombuffer(mapped, np.uint8).ctypes.data
-                for run in layout.runs:
-                    _host_copy.parallel_populate(base + run.file_offset, run.nbytes, threads)
                 srcs: list[TensorPtr] = []
                 outs: list[TensorPtr] = []
                 step = 0

@@ -334,7 +334,8 @@ FORK_AFTER_CUDA = FORK_PRELUDE + """
         else:
             raise AssertionError("a clone to CUDA worked in a child forked after CUDA init")
         took = time.monotonic() - start
-        assert took < 5, took
+        # liveness, not speed: a lock held by a thread the child lacks would hang forever
+        assert took < 60, took
         assert "fork" in msg and "'spawn'" in msg and str(os.getpid()) in msg, msg
         print("CHILD MESSAGE", msg)
         attempts = {
@@ -530,7 +531,8 @@ FORK_WHILE_THREADS_COPY = FORK_PRELUDE + """
             assert "fork" in str(exc)
         else:
             raise AssertionError("a clone to CUDA worked in a child forked after CUDA init")
-        assert time.monotonic() - start < 5
+        # liveness, not speed: a lock held by a thread the child lacks would hang forever
+        assert time.monotonic() - start < 60
         s = pool.stats()
         assert s["in_use_bytes"] == 0 and s["cached_bytes"] == 0, s
         pool.empty_cache()
@@ -731,4 +733,6 @@ def test_fork_from_the_copying_thread_mid_copy(monkeypatch):
     child_outcome, child_cpu = lines["CHILD"].split()
     parent_outcome, parent_cpu = lines["PARENT"].split()
     assert child_outcome == "refused" and parent_outcome == "completed", out.stdout
-    assert float(child_cpu) < 0.5 and float(parent_cpu) < 0.5, out.stdout
+    # a worker spinning through the 1.5 s sleep burns about 1.5 s of CPU, an idle one almost
+    # none: half the window tells them apart on any machine (a state check, not a speed one)
+    assert float(child_cpu) < 0.75 and float(parent_cpu) < 0.75, out.stdout

@@ -1,9 +1,10 @@
-"""The copy engine's pool of host copy threads (runs without a GPU)."""
+"""etptr._core._host_copy: the host copy threads, copy lists and page population (no GPU)."""
 import threading
 
 import numpy as np
 import pytest
 
+import etptr
 from etptr._core import _host_copy
 
 from _helpers import run_isolated
@@ -85,3 +86,31 @@ def test_worker_count_is_bounded():
     print("OK", w)
     """, timeout=120)
     assert out.returncode == 0 and "OK" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("threads", [1, 4, 16])
+@pytest.mark.parametrize("stream", [False, True], ids=["memcpy", "streaming"])
+def test_copy_lists_gather_and_scatter_exactly(threads, stream):
+    # many segments of mixed sizes, as the engine packs small tensors into one slot
+    rng = np.random.default_rng(threads)
+    sizes = [int(n) for n in rng.integers(0, 300_000, 200)] + [0, 1, 3 * MiB]
+    srcs = [_bytes(n, i) for i, n in enumerate(sizes)]
+    packed = np.zeros(sum(sizes) + 64, np.uint8)
+    offs = np.concatenate([[0], np.cumsum(sizes)])[:-1]
+    gather = [(packed.ctypes.data + int(o), s.ctypes.data, n) for o, s, n in zip(offs, srcs, sizes)]
+    _host_copy.parallel_copy_list(gather, threads, stream)
+    assert np.array_equal(packed[:sum(sizes)], np.concatenate(srcs))
+    assert not packed[sum(sizes):].any()
+    outs = [np.zeros(n, np.uint8) for n in sizes]
+    scatter = [(o.ctypes.data, packed.ctypes.data + int(off), n)
+               for o, off, n in zip(outs, offs, sizes)]
+    _host_copy.parallel_copy_list(scatter, threads)
+    assert all(np.array_equal(o, s) for o, s in zip(outs, srcs))
+
+
+def test_copy_lists_refuse_null_addresses():
+    a = np.zeros(8, np.uint8)
+    with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[1\]: a null address"):
+        _host_copy.parallel_copy_list([(a.ctypes.data, a.ctypes.data, 4), (0, a.ctypes.data, 4)], 2)
+    with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[0\]\.nbytes"):
+        _host_copy.parallel_copy_list([(a.ctypes.data, a.ctypes.data, -1)], 2)
