@@ -35,6 +35,24 @@ def test_deleter_runs_once_when_the_last_reference_goes():
     assert calls == [addr]
 
 
+@pytest.mark.parametrize("order", ["forward", "reverse", "views"])
+def test_every_deleter_runs_when_thousands_of_tensors_go(order):
+    """Regression: with tensor objects recycled through a freelist, storages released
+    in bulk must still run each deleter exactly once (2048 tensors, more than the
+    freelist holds), whatever order they go in and whether views share them."""
+    buf, addr = raw(2048)
+    calls = []
+    tensors = [etptr.make_tensor_ptr([1], addr + 4 * i, deleter=calls.append)
+               for i in range(2048)]
+    if order == "reverse":
+        tensors.reverse()
+    elif order == "views":
+        tensors = [etptr.make_tensor_ptr(t, [1]) for t in tensors]
+    tensors.clear()
+    gc.collect()
+    assert sorted(calls) == [addr + 4 * i for i in range(2048)]
+
+
 def test_deleter_and_captures_released_after_running():
     buf, addr = raw()
     token = Token()

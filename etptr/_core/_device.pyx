@@ -24,7 +24,7 @@ cdef Device c_make_device(int type, int index):
 
 
 cdef int _check_index(object index, str argname) except -2:
-    if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+    if isinstance(index, bool) or not (isinstance(index, int) or isinstance(index, np.integer)):
         raise_error(Error.InvalidType,
                     f"{argname}: device index must be an int, got {index!r}")
     if not -1 <= index <= 127:
@@ -35,7 +35,7 @@ cdef int _check_index(object index, str argname) except -2:
 
 
 cdef int _check_type(object type, str argname) except -1:
-    if isinstance(type, bool) or not isinstance(type, (int, np.integer)):
+    if isinstance(type, bool) or not (isinstance(type, int) or isinstance(type, np.integer)):
         raise_error(Error.InvalidType,
                     f"{argname}: device type must be an etptr.DeviceType, got {type!r}")
     if not 0 <= type < len(_DEVICE_TYPES):
@@ -133,13 +133,16 @@ cdef Device c_device(object spec, str argname):
                         f"{argname}={spec!r} is not a device: use 'cpu', 'cuda' or 'cuda:N'")
         if not sep:
             return c_make_device(_NAMES[head], 0)
-        try:
-            idx = int(tail)
-        except ValueError:
+        digits = tail[1:] if tail[:1] in ("-", "+") else tail
+        if not (digits.isascii() and digits.isdigit()):    # int() would take "1_0", " 1", "١"
             raise_error(Error.InvalidArgument,
-                        f"{argname}={spec!r}: device index {tail!r} is not an integer")
+                        f"{argname}={spec!r}: device index {tail!r} is not a decimal integer")
+        idx = int(tail)
+        if _NAMES[head] == 0 and idx != 0:
+            raise_error(Error.InvalidArgument,
+                        f"{argname}={spec!r}: the CPU has one device, index 0")
         return c_make_device(_NAMES[head], _check_index(idx, argname))
-    if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
+    if (isinstance(spec, int) or isinstance(spec, np.integer)) and not isinstance(spec, bool):
         return c_make_device(_check_type(spec, argname), 0)
     raise_error(Error.InvalidType,
                 f"{argname} must be an etptr.Device, a DeviceType or a string like 'cuda:0', "

@@ -111,7 +111,8 @@ cdef object c_scalar_type(object t, str argname):
     cdef long code
     if type(t) is ScalarType:
         return t
-    if isinstance(t, (int, np.integer)) and not isinstance(t, (bool, np.bool_)):
+    if ((isinstance(t, int) or isinstance(t, np.integer))
+            and not (isinstance(t, bool) or isinstance(t, np.bool_))):
         code = t if -1 <= t <= 1000 else -1
         if not c_valid_scalar_type(code):
             raise_error(Error.InvalidArgument, f"{argname}={t!r} is not a ScalarType code (0..29)")

@@ -191,14 +191,14 @@ cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object f
 cdef object _fill_value(object value, str argname):
     """``value`` as an ExecuTorch ``Scalar``: ``(kind, payload)`` with kind "bool",
     "int" (an int64) or "float" (a double)."""
-    if isinstance(value, (bool, np.bool_)):
+    if isinstance(value, bool) or isinstance(value, np.bool_):
         return ("bool", bool(value))
-    if isinstance(value, (np.timedelta64, np.datetime64)):   # numpy.integer subclasses
+    if isinstance(value, np.timedelta64) or isinstance(value, np.datetime64):   # numpy.integer subclasses
         raise_error(Error.InvalidType,
                     f"{argname}={value!r} of type {value.__class__.__name__} is not a real number")
-    if isinstance(value, (float, np.floating)):
+    if isinstance(value, float) or isinstance(value, np.floating):
         return ("float", float(value))
-    if isinstance(value, (int, np.integer)):
+    if isinstance(value, int) or isinstance(value, np.integer):
         if not -(1 << 63) <= value <= (1 << 63) - 1:
             raise_error(Error.InvalidArgument,
                         f"{argname}={value!r} does not fit int64 (an ExecuTorch Scalar)")
@@ -309,7 +309,7 @@ def _fill_ints(low, high):
 
 cdef _check_range(object low, object high):
     for name, v in (("low", low), ("high", high)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        if isinstance(v, bool) or not (isinstance(v, int) or isinstance(v, np.integer)):
             raise_error(Error.InvalidType, f"{name}={v!r} must be an int")
     if not -(1 << 63) <= low < high <= (1 << 63) - 1:
         raise_error(Error.InvalidArgument,
