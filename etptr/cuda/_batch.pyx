@@ -285,36 +285,34 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
     return 0
 
 
-cdef int c_h2d_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                     int dev, object stream, CopyConfig* cfg) except -1:
-    """Copy ``count`` pieces host -> device on ``dev`` (a checked index): piece i is
-    ``n[i]`` bytes from host ``src[i]`` to device ``dst[i]``. ``stream`` as for
-    :func:`etptr.cuda._copy_engine.c_h2d` (None: complete on return)."""
+cdef int _batch_entry(const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
+                      int64_t count, int dev, object stream, CopyConfig* cfg,
+                      bint h2d) except -1:
+    """What :func:`c_h2d_batch` and :func:`c_d2h_batch` share: check the backend, make
+    ``dev`` current for the batch and restore the device."""
     cdef DeviceGuard guard
-    c_check_usable("batched host->device copy")
+    c_check_usable("batched host->device copy" if h2d else "batched device->host copy")
     if count <= 0:
         return 0
     c_cupy()
     c_enter_device(dev, &guard)
     try:
-        _batch(dst, src, n, count, dev, stream, cfg, True)
+        _batch(dst, src, n, count, dev, stream, cfg, h2d)
     finally:
         c_exit_device(&guard)
     return 0
+
+
+cdef int c_h2d_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
+                     int dev, object stream, CopyConfig* cfg) except -1:
+    """Copy ``count`` pieces host -> device on ``dev`` (a checked index): piece i is
+    ``n[i]`` bytes from host ``src[i]`` to device ``dst[i]``. ``stream`` as for
+    :func:`etptr.cuda._copy_engine.c_h2d` (None: complete on return)."""
+    return _batch_entry(dst, src, n, count, dev, stream, cfg, True)
 
 
 cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
                      int dev, object stream, CopyConfig* cfg) except -1:
     """Copy ``count`` pieces device -> host: piece i is ``n[i]`` bytes from device
     ``src[i]`` to host ``dst[i]``. ``stream`` as for the single copy."""
-    cdef DeviceGuard guard
-    c_check_usable("batched device->host copy")
-    if count <= 0:
-        return 0
-    c_cupy()
-    c_enter_device(dev, &guard)
-    try:
-        _batch(dst, src, n, count, dev, stream, cfg, False)
-    finally:
-        c_exit_device(&guard)
-    return 0
+    return _batch_entry(dst, src, n, count, dev, stream, cfg, False)

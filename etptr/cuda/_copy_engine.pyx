@@ -667,6 +667,24 @@ cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev,
     return 0
 
 
+cdef int _entry(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev, object stream,
+                CopyConfig* cfg, bint h2d) except -1:
+    """What :func:`c_h2d` and :func:`c_d2h` share: check the backend, make ``dev``
+    current, run the copy on its copy stream (or ``stream``) and restore the device."""
+    cdef DeviceGuard guard
+    c_check_usable("host->device copy" if h2d else "device->host copy")
+    if nbytes <= 0:
+        return 0
+    c_runtime()
+    c_enter_device(dev, &guard)
+    try:
+        c_transfer(dev_side, host, nbytes, dev, c_copy_stream(dev, stream), stream is None,
+                   cfg, h2d)
+    finally:
+        c_exit_device(&guard)
+    return 0
+
+
 cdef int c_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
                     CopyConfig* cfg) except -1:
     """Copy ``nbytes`` from host address ``src`` to device address ``dst`` on ``dev`` (a
@@ -676,17 +694,7 @@ cdef int c_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object str
     caller's current stream). Otherwise queued on ``stream``: a pageable ``src``
     has been read when this returns; a page-locked one is read by the DMA later.
     """
-    cdef DeviceGuard guard
-    c_check_usable("host->device copy")
-    if nbytes <= 0:
-        return 0
-    c_runtime()
-    c_enter_device(dev, &guard)
-    try:
-        c_transfer(dst, src, nbytes, dev, c_copy_stream(dev, stream), stream is None, cfg, True)
-    finally:
-        c_exit_device(&guard)
-    return 0
+    return _entry(dst, src, nbytes, dev, stream, cfg, True)
 
 
 cdef int c_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object stream,
@@ -696,14 +704,4 @@ cdef int c_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object str
     ``stream`` None: synchronous. Otherwise queued on ``stream``: into page-locked
     memory the DMA may still run on return; into pageable memory it has completed.
     """
-    cdef DeviceGuard guard
-    c_check_usable("device->host copy")
-    if nbytes <= 0:
-        return 0
-    c_runtime()
-    c_enter_device(dev, &guard)
-    try:
-        c_transfer(src, dst, nbytes, dev, c_copy_stream(dev, stream), stream is None, cfg, False)
-    finally:
-        c_exit_device(&guard)
-    return 0
+    return _entry(src, dst, nbytes, dev, stream, cfg, False)
