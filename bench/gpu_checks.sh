@@ -1,17 +1,25 @@
 #!/usr/bin/env bash
 # The GPU checks behind bench/results/: build in place, run tests/cuda (with a
-# 10 s load test), then the sweep, the small-copy probe, the two-GPU upload and the
-# checkpoint benchmark. Each step's output goes to OUTDIR/<step>.txt.
+# 10 s load test), then the benchmarks. Each step's output goes to OUTDIR/<step>.txt
+# and a one-paragraph summary of each to OUTDIR/summary.txt.
 #
 #     bash bench/gpu_checks.sh OUTDIR [STEP ...]
 #
-# STEP: build tests sweep probe chunking sweep_copy two_gpu checkpoint torch_sweep (default: all but
-# chunking, sweep_copy and torch_sweep). The checkpoint step reads .ckpt/*.safetensors (bench/reshard.py makes
-# one shard of the default checkpoint).
+# STEP (default: build tests sweep many layouts bench_many):
+#   build       pip install --no-build-isolation --no-deps -e .
+#   tests       pytest tests/cuda
+#   sweep       etptr-bench --sweep (no torch), with a plot
+#   torch_sweep etptr-bench --sweep with torch's series
+#   many        etptr-bench --many (4096 small tensors, Qwen2.5-0.5B's tensors)
+#   layouts     etptr-bench --layout for qwen2.5-0.5b and qwen2.5-1.5b (the main job on
+#               files of those shapes: load_safetensors, save_safetensors, safetensors)
+#   bench_many  pytest-benchmark suite bench/bench_many.py
+#   checkpoint  etptr-bench on the installed all-MiniLM-L6-v2 checkpoint
+#   probe chunking sweep_copy two_gpu   the probes behind the engine's defaults
 set -u
 out=${1:?usage: bash bench/gpu_checks.sh OUTDIR [STEP ...]}
 shift
-steps=${*:-build tests sweep probe two_gpu checkpoint}
+steps=${*:-build tests sweep many layouts bench_many}
 mkdir -p "$out"
 py=${PYTHON:-python3}
 
@@ -35,7 +43,15 @@ for step in $steps; do
         chunking) run chunking 300 $py bench/probe_chunking.py ;;
         sweep_copy) run sweep_copy 300 $py bench/sweep_copy.py ;;
         two_gpu) run two_gpu 200 $py bench/two_gpu_upload.py ;;
-        checkpoint) run checkpoint 200 $py -m etptr.bench .ckpt/*.safetensors ;;
+        many) run many 300 $py -m etptr.bench --many --no-progress --json "$out/many.json" ;;
+        layouts)
+            for name in qwen2.5-0.5b qwen2.5-1.5b; do
+                run "layout_$name" 300 $py -m etptr.bench --layout "$name" --no-progress \
+                    --json "$out/layout_$name.json"
+            done ;;
+        bench_many) run bench_many 300 $py -m pytest -q -p no:cacheprovider bench/bench_many.py \
+                        --benchmark-only --benchmark-columns=median,ops ;;
+        checkpoint) run checkpoint 200 $py -m etptr.bench --no-progress ;;
         *) echo "unknown step $step" | tee -a "$out/summary.txt" ;;
     esac
 done

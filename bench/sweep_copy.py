@@ -10,7 +10,7 @@ host->device clones from pageable memory over threads T x slot bytes S x slots
 K, device->host clones into pageable memory over a smaller grid, the
 small-copy crossover, 4-byte clones, and the goals of DESIGN.md as ratios.
 Every figure is the median of several timed runs, each synchronised. The
-report goes to stdout and, when given, OUTFILE (bench/sweep_copy.txt keeps the
+report goes to stdout and, when given, OUTFILE (bench/results/h200x2_sweep_copy.txt keeps the
 run the defaults in etptr/_core/_staging.pyx come from).
 """
 import gc

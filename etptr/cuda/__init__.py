@@ -12,7 +12,7 @@ first import), per thread for a block (:func:`copy_config`), or per call
 (keywords of :meth:`CudaAllocator.copy_host_to_device` / ``copy_device_to_host``).
 The defaults (16 threads, or one per CPU the process may use when fewer;
 16 MiB slots, 3 slots, 64 KiB small-copy threshold) come from ``bench/sweep_copy.py`` on an H200 host (PCIe Gen5 x16);
-its output is ``bench/sweep_copy.txt``.
+its output is ``bench/results/h200x2_sweep_copy.txt``.
 
 Processes: CUDA does not survive ``os.fork()``. In a child forked after CUDA
 was initialised (by etptr, or by CuPy before the fork), every CUDA call

@@ -15,7 +15,7 @@ is gathered from (or scattered to) the pieces that fall in it.
 each checks fork state once, enters the device's context once, checks the
 device range, picks the path and restores the caller's context. Defaults
 were measured on H200 hosts (PCIe Gen5 x16) by ``bench/sweep_copy.py``
-(its output: ``bench/sweep_copy.txt``): T=16 (capped at the CPUs this
+(its output: ``bench/results/h200x2_sweep_copy.txt``): T=16 (capped at the CPUs this
 process may use), S=16 MiB, K=3, small copies up to 64 KiB.
 """
 cimport cython
