@@ -535,8 +535,14 @@ class _CaiObject:
         return {"shape": (2,), "typestr": "<f4", "data": (4096, self.readonly), "version": 3}
 
 
+# Where a later check happens to re-raise the pending interrupt the outcome is luck, not
+# a guarantee (the static guard below is strict about these modules).
+_INTERRUPT_BY_LUCK = {"type"}
+
+
 @pytest.mark.parametrize("case", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=_INTERRUPT_XFAIL[name]))
+    pytest.param(name, marks=pytest.mark.xfail(strict=name not in _INTERRUPT_BY_LUCK,
+                                               reason=_INTERRUPT_XFAIL[name]))
     if name in _INTERRUPT_XFAIL else name
     for name in _INTERRUPT_CASES])
 def test_interrupt_inside_an_isinstance_check_stays_an_interrupt(case):
