@@ -643,7 +643,9 @@ def from_cuda_array_interface(obj, *, device=None):
         raise_error(Error.InvalidArgument,
                     f"__cuda_array_interface__ data address is null for shape={tuple(shape)}")
     readonly = data[1]
-    if not isinstance(readonly, (bool, np.bool_)):
+    # one isinstance per class: Cython does not check a tuple's PyObject_IsInstance for
+    # errors, and an interrupt raised inside it would be lost
+    if not (isinstance(readonly, bool) or isinstance(readonly, np.bool_)):
         raise_error(Error.InvalidType,
                     f"__cuda_array_interface__['data'][1]={readonly!r} is not a bool")
     stream = cai.get("stream")

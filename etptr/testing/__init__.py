@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 import ctypes
 import numbers
+import threading
 from typing import Any, TypeVar
 
 from etptr._core._device import DeviceType
@@ -35,6 +36,11 @@ class HostDeviceAllocator(DeviceAllocator):
     ``d2h``. ``live_bytes`` is the memory it currently holds, so tests can
     check that etptr frees everything it allocates.
 
+    Thread-safe: every method may be called from several threads at once (and
+    from a garbage collection that frees a tensor inside another call). Each
+    counter counts the calls of its method exactly; the ``last_*`` values come
+    from one call (the last one to record them). Copies run outside the lock.
+
     Raises
     ------
     InvalidArgumentError
@@ -46,6 +52,7 @@ class HostDeviceAllocator(DeviceAllocator):
     """
 
     _device_type: DeviceType
+    _lock: threading.RLock
     _blocks: dict[int, Any]
     fail_after: int | None
     allocate_count: int
@@ -73,6 +80,10 @@ class HostDeviceAllocator(DeviceAllocator):
         if device_type not in DeviceType.__members__.values():
             raise InvalidArgumentError(f"device_type={device_type!r} is not a DeviceType code")
         self._device_type = DeviceType(device_type)
+        # Guards _blocks, the counters and the last_* values. Reentrant: a garbage
+        # collection that runs while this thread holds it may free a tensor, and
+        # with it call deallocate.
+        self._lock = threading.RLock()
         self._blocks = {}      # aligned address -> ctypes buffer (.requested)
         self.fail_after: int | None = None
         self.allocate_count = 0
@@ -100,7 +111,13 @@ class HostDeviceAllocator(DeviceAllocator):
     @property
     def live_bytes(self) -> int:
         """Bytes currently allocated and not yet deallocated."""
-        return sum(raw.requested for raw in self._blocks.values())
+        return sum(raw.requested for raw in self._snapshot().values())
+
+    def _snapshot(self) -> dict[int, Any]:
+        # A copy to iterate: other threads (or a collection in this one) may
+        # allocate or free while it is read.
+        with self._lock:
+            return self._blocks.copy()
 
     def allocate(self, nbytes: int, index: int, alignment: int = DEFAULT_ALIGNMENT) -> int:
         for name, value in (("nbytes", nbytes), ("alignment", alignment)):
@@ -110,55 +127,60 @@ class HostDeviceAllocator(DeviceAllocator):
             raise InvalidArgumentError(f"nbytes={nbytes} is negative")
         if alignment <= 0 or alignment & (alignment - 1):
             raise InvalidArgumentError(f"alignment={alignment} is not a power of two")
-        if self.fail_after is not None and self.allocate_count >= self.fail_after:
-            raise MemoryAllocationError(
-                f"HostDeviceAllocator: allocation {self.allocate_count + 1} refused "
-                f"(fail_after={self.fail_after})", Error.MemoryAllocationFailed)
-        raw: Any
-        try:
-            raw = ctypes.create_string_buffer(max(int(nbytes), 1) + alignment)
-        except (MemoryError, OverflowError):
-            raise MemoryAllocationError(
-                f"HostDeviceAllocator: cannot allocate nbytes={nbytes} bytes of host memory",
-                Error.MemoryAllocationFailed) from None
-        base = ctypes.addressof(raw)
-        ptr = (base + alignment - 1) & ~(alignment - 1)
-        raw.requested = int(nbytes)
-        self._blocks[ptr] = raw
-        self.allocate_count += 1
-        self.last_allocate_size = nbytes
-        self.last_allocate_index = index
-        self.last_allocate_ptr = ptr
+        with self._lock:
+            if self.fail_after is not None and self.allocate_count >= self.fail_after:
+                raise MemoryAllocationError(
+                    f"HostDeviceAllocator: allocation {self.allocate_count + 1} refused "
+                    f"(fail_after={self.fail_after})", Error.MemoryAllocationFailed)
+            raw: Any
+            try:
+                raw = ctypes.create_string_buffer(max(int(nbytes), 1) + alignment)
+            except (MemoryError, OverflowError):
+                raise MemoryAllocationError(
+                    f"HostDeviceAllocator: cannot allocate nbytes={nbytes} bytes of host memory",
+                    Error.MemoryAllocationFailed) from None
+            base = ctypes.addressof(raw)
+            ptr = (base + alignment - 1) & ~(alignment - 1)
+            raw.requested = int(nbytes)
+            self._blocks[ptr] = raw
+            self.allocate_count += 1
+            self.last_allocate_size = nbytes
+            self.last_allocate_index = index
+            self.last_allocate_ptr = ptr
         return ptr
 
     def deallocate(self, ptr: int, index: int) -> None:
-        self.deallocate_count += 1
-        self.last_deallocate_ptr = ptr
-        self.last_deallocate_index = index
-        if ptr == 0:
-            return
-        if self._blocks.pop(ptr, None) is None:
+        with self._lock:
+            self.deallocate_count += 1
+            self.last_deallocate_ptr = ptr
+            self.last_deallocate_index = index
+            if ptr == 0:
+                return
+            raw = self._blocks.pop(ptr, None)
+        if raw is None:
             raise InvalidArgumentError(f"ptr=0x{ptr:x} was not allocated by this allocator")
 
     def _check_span(self, ptr: int, nbytes: int, argname: str) -> None:
-        for start, raw in self._blocks.items():
+        for start, raw in self._snapshot().items():
             if start <= ptr and ptr + nbytes <= start + max(raw.requested, 1):
                 return
         raise InvalidArgumentError(
             f"{argname}=0x{ptr:x}: {nbytes} bytes there are not inside a block of this allocator")
 
     def copy_host_to_device(self, dst: int, src: int, nbytes: int, index: int) -> None:
-        self.h2d_count += 1
-        self.last_h2d_dst, self.last_h2d_src = dst, src
-        self.last_h2d_size, self.last_h2d_index = nbytes, index
+        with self._lock:
+            self.h2d_count += 1
+            self.last_h2d_dst, self.last_h2d_src = dst, src
+            self.last_h2d_size, self.last_h2d_index = nbytes, index
         if nbytes:
             self._check_span(dst, nbytes, "dst")
             ctypes.memmove(dst, src, nbytes)
 
     def copy_device_to_host(self, dst: int, src: int, nbytes: int, index: int) -> None:
-        self.d2h_count += 1
-        self.last_d2h_dst, self.last_d2h_src = dst, src
-        self.last_d2h_size, self.last_d2h_index = nbytes, index
+        with self._lock:
+            self.d2h_count += 1
+            self.last_d2h_dst, self.last_d2h_src = dst, src
+            self.last_d2h_size, self.last_d2h_index = nbytes, index
         if nbytes:
             self._check_span(src, nbytes, "src")
             ctypes.memmove(dst, src, nbytes)
