@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 import etptr
-from etptr.bench._report import fmt_gbps, fmt_ratio, ratio, table
+from etptr.bench._report import fmt_gbps, fmt_ratio, fmt_size, ratio, table
 from etptr.bench._timing import Case, run_cases
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -219,7 +219,7 @@ def run_many(env, args, out) -> tuple:
                              fmt_ratio(ratio(rate, line_rate)),
                              fmt_ratio(ratio(rate, peer)) if "etptr" in case.key else "-"])
             out("")
-            out(table([f"{title} ({fmt_gbps(timings[group[0][0].key].nbytes / 1e9)} GB)",
+            out(table([f"{title} ({fmt_size(timings[group[0][0].key].nbytes)})",
                        "GB/s", "x line", "x cupy"], rows))
         out("")
         out(table(["pinned line rate", "GB/s"], [["H2D", fmt_gbps(g["line.h2d"])],
@@ -245,8 +245,10 @@ def run_many(env, args, out) -> tuple:
                   rows))
         out(f"bit-identical (h2d_copy then batched clone back): {ok}")
         st = etptr.cuda.get_pinned_host_pool().stats()
-        out(f"pinned pool: {st['held_bytes'] / MiB:.0f} MiB held, cap "
-            f"{st['max_cached_bytes'] / MiB:.0f} MiB")
+        out(f"pinned pool at the end: {st['in_use_bytes'] / MiB:.0f} MiB in use, "
+            f"{st['cached_bytes'] / MiB:.0f} MiB cached (cache cap "
+            f"{st['max_cached_bytes'] / MiB:.0f} MiB), {st['misses']} misses, "
+            f"{st['evictions']} evictions")
         report = {"gbps": g, "tiny_us": us, "bit_identical": ok,
                   "register_probe": {str(k): v for k, v in probe.items()},
                   "timings": {k: t.as_dict() for k, t in timings.items()}}
