@@ -173,6 +173,16 @@ def test_plot_without_matplotlib_is_refused(monkeypatch, capsys):
     assert "--plot needs matplotlib" in capsys.readouterr().err
 
 
+def test_checkpoint_mode_without_safetensors_is_refused(monkeypatch, checkpoint, capsys):
+    # a plain `pip install etptr` has the command but not the [bench] extra
+    monkeypatch.setitem(sys.modules, "safetensors", None)
+    with pytest.raises(SystemExit) as exc:
+        main([str(checkpoint), *COMMON])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "safetensors library, which is not installed" in err and "etptr[bench]" in err
+
+
 def test_help_gives_units(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
@@ -435,4 +445,6 @@ def test_layout_writes_and_measures_a_model_shaped_checkpoint(monkeypatch, tmp_p
 
 def test_many_without_cuda_says_so_in_one_line(capsys):
     assert main(["--many", *COMMON]) == 0
-    assert "--many needs CUDA" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--many needs CUDA" in out
+    assert "CPU parts" not in out                 # --many has none to run

@@ -145,6 +145,16 @@ def test_shorter_than_eight_bytes(tmp_path, n):
 def test_header_length_past_the_end(tmp_path):
     path = write_raw(tmp_path / "l.safetensors", {}, length=1000)
     _refused(path, "1000 bytes runs past the end of the file")
+    with pytest.raises(CheckpointError) as info:     # its header starts like JSON
+        parse_header(path)
+    assert "does not look like a safetensors file" not in str(info.value)
+
+
+@pytest.mark.parametrize("text", [b"hello world, this is text\n", b"PK\x03\x04" + bytes(60)])
+def test_a_file_of_another_format_says_so(tmp_path, text):
+    path = tmp_path / "other.safetensors"
+    path.write_bytes(text)
+    _refused(path, "header length", "does not look like a safetensors file")
 
 
 @pytest.mark.parametrize("length", [MAX_HEADER_BYTES + 1, 2**63, 2**64 - 1])

@@ -143,7 +143,11 @@ def _check_args(parser, args):
             parser.error(f"{', '.join(given)} "
                          f"{'applies' if len(given) == 1 else 'apply'} only with --sweep")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
-        parser.error("--plot needs matplotlib, which is not installed")
+        parser.error("--plot needs matplotlib, which is not installed "
+                     "(pip install 'etptr[bench]')")
+    if not (args.sweep or args.many) and importlib.util.find_spec("safetensors") is None:
+        parser.error("checkpoint mode reads and checks checkpoints with the safetensors "
+                     "library, which is not installed (pip install 'etptr[bench]')")
 
 
 def _environment(env) -> dict:
@@ -486,7 +490,7 @@ def _main(argv) -> int:
     out(f"etptr-bench {etptr.__version__}: {mode} | "
         f"GB/s = 1e9 bytes/s | {args.stat} of {args.repeats} timed passes after "
         f"{args.warmup} warm-up")
-    if not env.available:
+    if not env.available and not args.many:                 # --many has no CPU part
         out(f"no CUDA: {env.reason}; running the CPU parts only")
     elif not env.etptr_ok:
         out(f"etptr has no CUDA path here: {env.etptr_reason}; measuring the peers only")

@@ -85,7 +85,8 @@ def file_cases(env, paths, ckpt, progress: bool) -> FileCases:
     from etptr.bench._checkpoint import load as reference_load
     args = [str(p) for p in paths]
     references = [reference_load([a]) for a in args] if len(args) > 1 else [ckpt]
-    loaded = [etptr.load_safetensors(a, device, progress=progress or None) for a in args]
+    loaded = [etptr.load_safetensors(a, device, progress=None if progress else False)
+              for a in args]            # None: a bar on a terminal only
     targets = [os.path.join(out.tmpdir.name, f"etptr{i}.safetensors") for i in range(len(args))]
     out.load_bad, out.save_bad = [], []
     for ref, got, target in zip(references, loaded, targets):

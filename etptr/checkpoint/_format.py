@@ -234,12 +234,17 @@ def _read_header_bytes(path: Path) -> tuple[bytes, int]:
         if size < 8:
             _fail(path, f"is {size} bytes long, too short for the 8-byte header length")
         n = int.from_bytes(_pread_exact(fd, 8, 0, path), "little")
+        hint = ""
+        if n > MAX_HEADER_BYTES or 8 + n > size:
+            head = _pread_exact(fd, min(size, 16), 0, path)
+            if not head[8:9] == b"{":             # a safetensors header is a JSON object
+                hint = " (the file does not look like a safetensors file)"
         if n > MAX_HEADER_BYTES:
             _fail(path, f"the header length {n} bytes is over the format's limit of "
-                        f"{MAX_HEADER_BYTES} bytes")
+                        f"{MAX_HEADER_BYTES} bytes{hint}")
         if 8 + n > size:
             _fail(path, f"the header length {n} bytes runs past the end of the file "
-                        f"({size} bytes)")
+                        f"({size} bytes){hint}")
         return _pread_exact(fd, n, 8, path), size
     except OSError as exc:
         _fail(path, f"cannot be read ({exc.strerror or exc})")
