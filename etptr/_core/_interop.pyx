@@ -184,11 +184,19 @@ cdef void _strided_copy(char* dst, const char* src, int ndim, const int64_t* sha
             d -= 1
 
 
+cdef int _span_overflow(DLTensor* dl, int i) except -1:
+    raise_error(Error.InvalidArgument,
+                f"DLPack strides={tuple([dl.strides[k] for k in range(dl.ndim)])} for "
+                f"shape={tuple([dl.shape[k] for k in range(dl.ndim)])}: the bytes dim {i} "
+                f"spans overflow int64")
+
+
 cdef TensorPtr _contiguous_copy(DLTensor* dl, Metadata meta, int type, const char* base):
     """A C-contiguous host copy of a CPU DLTensor whose strides no dim_order describes."""
     cdef int64_t itemsize = c_element_size(type)
     cdef int64_t bstrides[kTensorDimensionLimit]
     cdef int64_t nbytes = meta.numel * itemsize
+    cdef int64_t lo = 0, hi = 0, mag, ext      # bytes the elements reach below / above base
     cdef int i
     cdef TensorPtr t
     for i in range(dl.ndim):
@@ -196,6 +204,27 @@ cdef TensorPtr _contiguous_copy(DLTensor* dl, Metadata meta, int type, const cha
             raise_error(Error.InvalidArgument,
                         f"DLPack strides[{i}]={dl.strides[i]} overflows int64 in bytes")
         bstrides[i] = dl.strides[i] * itemsize
+        # the span the copy walks, |stride| * (size - 1) per dim, must fit int64 and the
+        # address space: the walk below adds the strides to a pointer
+        mag = bstrides[i] if bstrides[i] >= 0 else -bstrides[i]
+        if meta.sizes[i] > 1 and mag:
+            if meta.sizes[i] - 1 > INT64_MAX // mag:
+                _span_overflow(dl, i)
+            ext = mag * (meta.sizes[i] - 1)
+            if bstrides[i] > 0:
+                if hi > INT64_MAX - itemsize - ext:
+                    _span_overflow(dl, i)
+                hi += ext
+            else:
+                if lo > INT64_MAX - ext:
+                    _span_overflow(dl, i)
+                lo += ext
+    if <uintptr_t>base < <uintptr_t>lo or \
+            <uintptr_t>base + <uintptr_t>(hi + itemsize) < <uintptr_t>base:
+        raise_error(Error.InvalidArgument,
+                    f"DLPack data=0x{<uintptr_t>base:x} with strides "
+                    f"{tuple([dl.strides[i] for i in range(dl.ndim)])} reaches outside the "
+                    f"address space")
     cdef Storage s = c_host_storage(nbytes)
     t = c_new_tensor(meta, type, _DYNAMIC_BOUND, _CPU, s, s.c_ptr, False)
     with nogil:

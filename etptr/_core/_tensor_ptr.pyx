@@ -240,7 +240,12 @@ cdef class TensorPtr:
                             "numpy(): the tensor has null data (made with data=None); give it "
                             "memory first, e.g. etptr.empty(sizes, type) or "
                             "make_tensor_ptr(sizes, buffer)")
-            return np.empty(self.sizes, dtype=dtype)
+            return _zero_size_array(self, dtype)
+        if self.c_numel == 0:
+            a = _zero_size_array(self, dtype)
+            if self.c_readonly:
+                a.flags.writeable = False
+            return a
         region = _host_region(self, self.c_nbytes())
         itemsize = c_element_size(self.c_type)
         return np.ndarray(self.sizes, dtype=dtype, buffer=region,
@@ -317,6 +322,18 @@ cdef class TensorPtr:
         """``(kDLCPU=1, 0)`` for CPU tensors, ``(kDLCUDA=2, index)`` for CUDA tensors.
         """
         return _dlpack_device(self)
+
+
+cdef object _zero_size_array(TensorPtr t, object dtype):
+    """An empty NumPy array with ``t``'s sizes. ExecuTorch allows a zero-size tensor whose
+    other sizes multiply past what NumPy can shape (e.g. (0, 2**62) of Float, after a
+    resize): NumPy refuses those, and so does this, as an etptr error."""
+    try:
+        return np.empty(t.sizes, dtype=dtype)
+    except ValueError as exc:
+        raise_error(Error.NotSupported,
+                    f"numpy(): NumPy cannot shape a zero-size array of sizes={t.sizes} and dtype "
+                    f"{dtype} ({exc})")
 
 
 cdef uintptr_t _export_address(TensorPtr t) except? 0:

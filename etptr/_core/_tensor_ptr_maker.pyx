@@ -84,6 +84,7 @@ cdef class TensorPtrMaker:
     cdef object _dynamism
     cdef object _deleter
     cdef object _device
+    cdef bint _deleter_taken      # a tensor was made with _deleter: it runs once, for that one
 
     def __init__(self):
         raise TypeError("use etptr.for_blob(data, sizes, type) to get a TensorPtrMaker")
@@ -111,6 +112,7 @@ cdef class TensorPtrMaker:
     def deleter(self, deleter):
         """deleter(deleter) -> TensorPtrMaker: set ``deleter(address)``, run once when the tensor dies."""
         self._deleter = deleter
+        self._deleter_taken = False
         return self
 
     def device(self, device):
@@ -120,9 +122,24 @@ cdef class TensorPtrMaker:
 
     def make_tensor_ptr(self):
         """Build the tensor. Raises what :func:`etptr.make_tensor_ptr` raises.
+
+        A builder with a deleter makes one tensor: the deleter goes to it and runs
+        once, when it dies (ExecuTorch's ``make_tensor_ptr() &&`` consumes the
+        builder). A second call raises :class:`InvalidStateError` instead of
+        handing the same deleter to a second tensor, which would run it twice
+        (a double free). A builder without a deleter makes any number of tensors.
         """
-        return make_tensor_ptr(self._sizes, self._data, self._dim_order, self._strides,
-                               self._type, self._dynamism, self._deleter, self._device)
+        if self._deleter_taken:
+            raise_error(Error.InvalidState,
+                        "make_tensor_ptr(): this for_blob builder's deleter went to the tensor it "
+                        "made first and runs once, when that tensor dies; a second tensor would "
+                        "run it again. Make views of the first tensor with "
+                        "etptr.make_tensor_ptr(tensor, sizes), or set another .deleter()")
+        t = make_tensor_ptr(self._sizes, self._data, self._dim_order, self._strides,
+                            self._type, self._dynamism, self._deleter, self._device)
+        if self._deleter is not None:
+            self._deleter_taken = True
+        return t
 
 
 def for_blob(data, sizes, type=ScalarType.Float):

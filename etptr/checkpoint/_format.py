@@ -146,6 +146,9 @@ class FilePlan:
         refer to the whole file.
     metadata : dict of str to str, or None
         The header's ``__metadata__``, when it has one.
+    identity : tuple of int, or None
+        ``(st_dev, st_ino, st_mtime_ns)`` of the file whose header was read: the
+        file mapped later must be that one, not another renamed over the path.
     """
 
     path: Path
@@ -154,6 +157,7 @@ class FilePlan:
     data_size: int
     tensors: tuple[TensorEntry, ...]
     metadata: dict[str, str] | None = None
+    identity: tuple[int, int, int] | None = None
 
     @property
     def nbytes(self) -> int:
@@ -216,8 +220,14 @@ def _pread_exact(fd: int, nbytes: int, offset: int, path: Path) -> bytes:
     return b"".join(chunks)
 
 
-def _read_header_bytes(path: Path) -> tuple[bytes, int]:
-    """``(header JSON bytes, file size)``; every failure is a CheckpointError."""
+def file_identity(st: os.stat_result) -> tuple[int, int, int]:
+    """What tells one file at a path from another put there later (by a rename, or a
+    rewrite in place): device, inode and modification time."""
+    return (st.st_dev, st.st_ino, st.st_mtime_ns)
+
+
+def _read_header_bytes(path: Path) -> tuple[bytes, int, tuple[int, int, int]]:
+    """``(header JSON bytes, file size, file identity)``; every failure is a CheckpointError."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -245,7 +255,7 @@ def _read_header_bytes(path: Path) -> tuple[bytes, int]:
         if 8 + n > size:
             _fail(path, f"the header length {n} bytes runs past the end of the file "
                         f"({size} bytes){hint}")
-        return _pread_exact(fd, n, 8, path), size
+        return _pread_exact(fd, n, 8, path), size, file_identity(st)
     except OSError as exc:
         _fail(path, f"cannot be read ({exc.strerror or exc})")
     finally:
@@ -390,7 +400,7 @@ def parse_header(path: str | os.PathLike[str]) -> FilePlan:
         message names the file and, where one is at fault, the tensor.
     """
     p = Path(path)
-    raw, size = _read_header_bytes(p)
+    raw, size, identity = _read_header_bytes(p)
     data_offset = 8 + len(raw)
     data_size = size - data_offset
     header = _decode(p, raw)
@@ -400,4 +410,4 @@ def parse_header(path: str | os.PathLike[str]) -> FilePlan:
     tensors = [_check_entry(p, name, entry, data_size) for name, entry in header.items()]
     tensors.sort(key=lambda t: (t.begin, t.end, t.name))
     _check_tiling(p, tensors, data_size)
-    return FilePlan(p, size, data_offset, data_size, tuple(tensors), metadata)
+    return FilePlan(p, size, data_offset, data_size, tuple(tensors), metadata, identity)

@@ -16,7 +16,7 @@ import numpy as np
 from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
-from etptr.checkpoint._format import FilePlan, TensorEntry
+from etptr.checkpoint._format import FilePlan, TensorEntry, file_identity
 
 __all__ = ["host_view", "map_file"]
 
@@ -42,9 +42,15 @@ def map_file(plan: FilePlan) -> memoryview | None:
     except OSError as exc:
         raise CheckpointError(f"{plan.path}: cannot be opened ({exc.strerror or exc})") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
         if size != plan.file_size:
             raise CheckpointError(f"{plan.path}: is {size} bytes now, {plan.file_size} when its "
+                                  f"header was read: the file changed")
+        if plan.identity is not None and file_identity(st) != plan.identity:
+            # e.g. a save renamed a new file of the same size over the path: its data
+            # would be read with the old file's header
+            raise CheckpointError(f"{plan.path}: is another file (or was rewritten) since its "
                                   f"header was read: the file changed")
         mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as exc:

@@ -12,6 +12,7 @@ import json
 import mmap
 import os
 import secrets
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
@@ -21,6 +22,7 @@ import numpy as np
 from etptr._core import _host_copy
 from etptr._core._device_allocator import get_device_allocator
 from etptr._core._error import NotFoundError
+from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint import _device
 from etptr.checkpoint._errors import CheckpointError
@@ -53,6 +55,11 @@ def _check_tensors(tensors: object) -> list[_Item]:
         if not isinstance(t, TensorPtr):
             raise CheckpointError(f"tensor {name!r}: expected an etptr.TensorPtr, got "
                                   f"{type(t).__name__}")
+        # A view of the same memory with the tensor's layout now: the header, the file's
+        # size and the copies all read this snapshot, which nothing else can resize (a
+        # resize of ``t`` in another thread while the file is written would otherwise
+        # make the copies disagree with the header and write past the mapped file).
+        t = make_tensor_ptr(t)
         dtype = DTYPE_NAMES.get(t.scalar_type)
         if dtype is None:
             raise CheckpointError(
@@ -99,6 +106,17 @@ def _check_path(path: object) -> Path:
         raise CheckpointError(f"{final}: the directory {str(parent)!r} is not writable")
     if final.is_dir():
         raise CheckpointError(f"{final}: is a directory")
+    try:
+        mode = os.stat(final).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise CheckpointError(f"{final}: cannot be examined ({exc.strerror or exc})") from None
+    if mode is not None and not stat.S_ISREG(mode):
+        # the file is renamed over the target: that would replace a device node, FIFO or
+        # socket (say /dev/null) with a regular file instead of writing to it
+        raise CheckpointError(f"{final}: is not a regular file (a device, FIFO or socket); "
+                              f"save_safetensors writes regular files only")
     return final
 
 

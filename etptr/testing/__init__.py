@@ -142,11 +142,16 @@ class HostDeviceAllocator(DeviceAllocator):
             base = ctypes.addressof(raw)
             ptr = (base + alignment - 1) & ~(alignment - 1)
             raw.requested = int(nbytes)
-            self._blocks[ptr] = raw
             self.allocate_count += 1
             self.last_allocate_size = nbytes
             self.last_allocate_index = index
             self.last_allocate_ptr = ptr
+        # The block is recorded last, with nothing between the record and the return
+        # where an interrupt (a signal handler's KeyboardInterrupt) can be raised: one
+        # raised after the record would lose the address, and the block would count as
+        # leaked though nobody ever got it. (A dict store is atomic; the lock guards the
+        # counters and the snapshots.)
+        self._blocks[ptr] = raw
         return ptr
 
     def deallocate(self, ptr: int, index: int) -> None:
