@@ -130,6 +130,14 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
     MemoryAllocationError
         Device or page-locked memory ran out; nothing stays allocated.
 
+    Notes
+    -----
+    The data is read through a map of each file, as ``numpy.memmap`` and the
+    ``safetensors`` library read it: a file that another process truncates
+    while it is mapped (during a load, or while ``"cpu"`` views of it live)
+    ends the process with SIGBUS. A file replaced by another between reading
+    the header and mapping it is refused (CheckpointError).
+
     Examples
     --------
     >>> import os, tempfile, etptr
