@@ -270,9 +270,13 @@ cdef cnp.ndarray _buffer_array(object data):
     except (ValueError, BufferError) as exc:  # e.g. a released memoryview
         raise_error(Error.InvalidArgument, f"data of type {c_type_name(data)}: {exc}")
     try:
-        return np.asarray(mv)
+        arr = np.asarray(mv)
     except Exception:         # a format NumPy cannot read (or warns about): bytes below
-        pass
+        arr = None
+    # A structure format has no ScalarType: its bytes, as where NumPy cannot read the
+    # format (NumPy 2.4 reads ctypes structures that older versions refused).
+    if arr is not None and arr.dtype.names is None:
+        return arr
     if not mv.c_contiguous:
         raise_error(Error.InvalidArgument,
                     f"data: the buffer (format {mv.format!r}) is not contiguous; copy it first")
