@@ -10,7 +10,7 @@ cdef struct Segment:
 
 cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
                      bint stream) noexcept nogil
-cdef void c_par_copy_list(const Segment* segs, long long nsegs, long long total, int threads,
+cdef void c_par_copy_list(const Segment* segs, long long nsegs, int threads,
                           bint stream) noexcept nogil
 cdef long long c_copy_begin(int threads) noexcept nogil
 cdef void c_copy_end(long long epoch) noexcept nogil

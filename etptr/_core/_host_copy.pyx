@@ -357,8 +357,10 @@ cdef void _unlink_job(_Job* job) noexcept nogil:
         sched_yield()
 
 
-cdef void _one_range(char* dst, const char* src, long long n, int threads,
+cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
                      bint stream) noexcept nogil:
+    """memcpy of ``n`` bytes with up to ``threads`` threads, pieces of at least 128 KiB;
+    ``stream``: with non-temporal stores."""
     cdef Segment seg
     cdef _Job job
     seg.dst = dst
@@ -374,16 +376,9 @@ cdef void _one_range(char* dst, const char* src, long long n, int threads,
     _run_job(&job, threads)
 
 
-cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
-                     bint stream) noexcept nogil:
-    """memcpy of ``n`` bytes with up to ``threads`` threads, pieces of at least 128 KiB;
-    ``stream``: with non-temporal stores."""
-    _one_range(dst, src, n, threads, stream)
-
-
-cdef void c_par_copy_list(const Segment* segs, long long nsegs, long long total, int threads,
+cdef void c_par_copy_list(const Segment* segs, long long nsegs, int threads,
                           bint stream) noexcept nogil:
-    """Copy every segment of ``segs`` (``total`` bytes in all) with up to ``threads``
+    """Copy every segment of ``segs`` with up to ``threads``
     threads; the work is split by bytes, so large and small segments mix freely."""
     cdef _Job job
     cdef long long* starts
@@ -437,7 +432,7 @@ def parallel_copy(dst, src, nbytes, threads, stream=False):
 def parallel_copy_list(segments, threads, stream=False):
     """Copy every ``(dst, src, nbytes)`` of ``segments`` (host addresses) with up to
     ``threads`` threads, as one job. For tests and measurements."""
-    cdef long long n = len(segments), i, total = 0
+    cdef long long n = len(segments), i
     cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
     cdef bint nt = stream
     cdef Segment* segs = <Segment*>malloc((n if n > 0 else 1) * sizeof(Segment))
@@ -451,9 +446,8 @@ def parallel_copy_list(segments, threads, stream=False):
             segs[i].n = c_count_arg(m, f"segments[{i}].nbytes")
             if segs[i].n and (segs[i].dst == NULL or segs[i].src == NULL):
                 raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
-            total += segs[i].n
         with nogil:
-            c_par_copy_list(segs, n, total, t, nt)
+            c_par_copy_list(segs, n, t, nt)
     finally:
         free(segs)
 

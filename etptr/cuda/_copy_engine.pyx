@@ -38,7 +38,8 @@ from etptr.cuda._driver cimport (
     c_host_alloc, c_is_page_locked, c_keep_forever, c_runtime, c_stream_create,
     c_stream_destroy, c_stream_handle)
 from etptr.cuda._pinned_pool cimport (
-    PinnedHostPool, Slab, c_default_pool, c_ensure_event, c_pool_block_containing, c_record)
+    PinnedHostPool, Slab, c_default_pool, c_ensure_event, c_pool_block_containing, c_record,
+    c_release_all)
 
 from etptr._core._error import Error, EtWarning
 from etptr.cuda._driver import _on_backend_change, _on_fork_child
@@ -355,7 +356,7 @@ cdef void _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
     """Copy bytes [off, off+m) of the device range between ``slot`` and the pieces
     that fall in it (gather into the slot for H2D, scatter out of it for D2H)."""
     cdef const HostList* L = p.pieces
-    cdef int64_t lo = 0, hi = L.n, mid, end, i, a, b, nseg = 0, total = 0
+    cdef int64_t lo = 0, hi = L.n, mid, end, i, a, b, nseg = 0
     cdef Segment one
     cdef Segment* segs
     while lo < hi:                      # the first piece ending after off
@@ -386,10 +387,9 @@ cdef void _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
             c_par_copy(one.dst, one.src, one.n, 1, stream)
             continue
         segs[nseg] = one
-        total += one.n
         nseg += 1
     if segs != NULL:
-        c_par_copy_list(segs, nseg, total, p.threads, stream)
+        c_par_copy_list(segs, nseg, p.threads, stream)
         free(segs)
 
 
@@ -487,21 +487,6 @@ cdef void _settle(intptr_t stream, list slabs) noexcept:
         slab.pending = False
 
 
-cdef int _release_slots(PinnedHostPool pool, list slabs, int64_t nbytes) except -1:
-    """Give every slot back to the pool, even when one fails; then raise the first failure."""
-    cdef Slab slab
-    first = None
-    for slab in slabs:
-        try:
-            pool.c_release(slab, nbytes)
-        except BaseException as exc:
-            if first is None:
-                first = exc
-    if first is not None:
-        raise first
-    return 0
-
-
 cdef bint _take_ring(_Engine eng, CopyConfig* cfg, int dev, list slabs) except -1:
     """The engine's own slots for this copy, when free and of the copy's slot size (their
     pending events kept: the pipeline waits for them); else False."""
@@ -583,7 +568,7 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
         if ring:
             eng.busy = False
         else:
-            _release_slots(pool, slabs, cfg.slot_bytes)
+            c_release_all(pool, slabs, cfg.slot_bytes)
     return 0
 
 

@@ -58,6 +58,7 @@ cdef class PinnedHostPool:
 
 
 cdef PinnedHostPool c_default_pool()
+cdef int c_release_all(PinnedHostPool pool, object slabs, int64_t nbytes) except -1
 cdef int c_record(Slab slab, intptr_t stream, int dev) except -1
 cdef int c_ensure_event(Slab slab, int dev) except -1
 cdef Slab c_pool_block_containing(uintptr_t address)

@@ -220,13 +220,18 @@ cdef int _free_slab(Slab slab) except -1:
     return 0
 
 
-cdef int _free_all(object slabs) except -1:
-    """Free every slab in ``slabs``, even when one fails; then raise the first failure."""
+cdef int c_release_all(PinnedHostPool pool, object slabs, int64_t nbytes) except -1:
+    """Give every slab in ``slabs`` back, even when one fails; then raise the first
+    failure. To ``pool`` (each as a release of ``nbytes``), or with ``pool`` None to
+    its allocator (freed)."""
     cdef Slab slab
     first = None
     for slab in slabs:
         try:
-            _free_slab(slab)
+            if pool is None:
+                _free_slab(slab)
+            else:
+                pool.c_release(slab, nbytes)
         except BaseException as exc:
             if first is None:
                 first = exc
@@ -486,7 +491,7 @@ cdef class PinnedHostPool:
                 self.c_order[slab] = None
                 self.c_cached += size
                 self._evict(to_free)
-        _free_all(to_free)
+        c_release_all(None, to_free, 0)
         return 0
 
     cdef void _evict(self, list to_free) noexcept:
@@ -576,7 +581,7 @@ cdef class PinnedHostPool:
             self.c_order = order
             self.c_free, free = free, self.c_free
             self.c_cached = 0
-        _free_all(slabs)
+        c_release_all(None, slabs, 0)
 
     def stats(self):
         """Counters, all in bytes except the counts: ``in_use_bytes`` (blocks
@@ -646,7 +651,7 @@ cdef class PinnedHostPool:
         with self.c_lock:
             self.c_limit = limit
             self._evict(to_free)
-        _free_all(to_free)
+        c_release_all(None, to_free, 0)
 
     def __repr__(self):
         s = self.stats()
