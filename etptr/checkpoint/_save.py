@@ -104,14 +104,14 @@ def _check_path(path: object) -> Path:
         raise CheckpointError(f"{final}: the directory {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise CheckpointError(f"{final}: the directory {str(parent)!r} is not writable")
-    if final.is_dir():
-        raise CheckpointError(f"{final}: is a directory")
     try:
         mode = os.stat(final).st_mode
     except FileNotFoundError:
         mode = None
     except OSError as exc:
         raise CheckpointError(f"{final}: cannot be examined ({exc.strerror or exc})") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise CheckpointError(f"{final}: is a directory")
     if mode is not None and not stat.S_ISREG(mode):
         # the file is renamed over the target: that would replace a device node, FIFO or
         # socket (say /dev/null) with a regular file instead of writing to it
