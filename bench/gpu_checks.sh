@@ -11,11 +11,15 @@
 #   sweep       etptr-bench --sweep (no torch), with a plot
 #   torch_sweep etptr-bench --sweep with torch's series
 #   many        etptr-bench --many (4096 small tensors, Qwen2.5-0.5B's tensors)
-#   layouts     etptr-bench --layout for qwen2.5-0.5b and qwen2.5-1.5b (the main job on
+#   layouts     etptr-bench --layout for all-minilm-l6-v2, qwen2.5-0.5b and qwen2.5-1.5b (the main job on
 #               files of those shapes: load_safetensors, save_safetensors, safetensors)
 #   bench_many  pytest-benchmark suite bench/bench_many.py
 #   checkpoint  etptr-bench on the installed all-MiniLM-L6-v2 checkpoint
 #   probe chunking sweep_copy two_gpu   the probes behind the engine's defaults
+#   probe_io    bench/probe_file_io.c: file -> pinned slots -> GPU, device -> new file,
+#               and 4-byte copies at the driver level
+#   probe_load  bench/probe_load.py: load_safetensors step by step
+#   pool_cap    bench/probe_pool_cap.py: batched downloads larger than the pool's cache
 set -u
 out=${1:?usage: bash bench/gpu_checks.sh OUTDIR [STEP ...]}
 shift
@@ -45,12 +49,16 @@ for step in $steps; do
         two_gpu) run two_gpu 200 $py bench/two_gpu_upload.py ;;
         many) run many 300 $py -m etptr.bench --many --no-progress --json "$out/many.json" ;;
         layouts)
-            for name in qwen2.5-0.5b qwen2.5-1.5b; do
+            for name in all-minilm-l6-v2 qwen2.5-0.5b qwen2.5-1.5b; do
                 run "layout_$name" 300 $py -m etptr.bench --layout "$name" --no-progress \
                     --json "$out/layout_$name.json"
             done ;;
         bench_many) run bench_many 300 $py -m pytest -q -p no:cacheprovider bench/bench_many.py \
                         --benchmark-only --benchmark-columns=median,ops ;;
+        probe_io) cc -O2 -pthread bench/probe_file_io.c -ldl -o "$out/probe_file_io" &&
+                  run probe_io 200 "$out/probe_file_io" /dev/shm 1024 15 ;;
+        probe_load) run probe_load 200 $py bench/probe_load.py ;;
+        pool_cap) run pool_cap 200 $py bench/probe_pool_cap.py ;;
         checkpoint) run checkpoint 200 $py -m etptr.bench --no-progress ;;
         *) echo "unknown step $step" | tee -a "$out/summary.txt" ;;
     esac

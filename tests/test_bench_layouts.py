@@ -5,7 +5,7 @@ import pytest
 
 import etptr
 from etptr import ScalarType
-from etptr.bench._layouts import LAYOUTS, ModelLayout, qwen2_layout, write_layout
+from etptr.bench._layouts import LAYOUTS, ModelLayout, bert_layout, qwen2_layout, write_layout
 from etptr.checkpoint import CheckpointError
 
 from _checkpoint_helpers import reference_read
@@ -69,6 +69,38 @@ def test_write_a_tiny_layout(tmp_path):
     assert all(t.scalar_type == ScalarType.BFloat16 for t in loaded.values())
 
 
+def test_minilm_layout_matches_the_published_checkpoint():
+    # all-MiniLM-L6-v2's model.safetensors: 104 tensors, 90,856,960 bytes, with its
+    # position_ids as int64 (here fp32: 2,048 bytes fewer)
+    layout = LAYOUTS["all-minilm-l6-v2"]
+    assert layout.tensors == 104 and layout.scalar_type == ScalarType.Float
+    assert layout.nbytes == 90_856_960 - 512 * 4
+    shapes = dict(layout.shapes)
+    assert shapes["embeddings.word_embeddings.weight"] == (30522, 384)
+    assert shapes["encoder.layer.5.intermediate.dense.weight"] == (1536, 384)
+    assert shapes["encoder.layer.5.output.dense.weight"] == (384, 1536)
+    assert shapes["pooler.dense.bias"] == (384,)
+
+
+def test_write_a_tiny_fp32_layout(tmp_path):
+    tiny = bert_layout("b", hidden=8, layers=2, intermediate=16, vocab=20, positions=6,
+                       type_vocab=2)
+    assert tiny.tensors == 6 + 2 * 16 + 2
+    read = reference_read(write_layout(tiny, tmp_path, seed=4))
+    assert {n: (d, s) for n, (d, s, _) in read.items()} == {n: ("F32", s) for n, s in tiny.shapes}
+    values = np.frombuffer(b"".join(raw for _, _, raw in read.values()), np.float32)
+    assert values.size * 4 == tiny.nbytes
+    assert np.isfinite(values).all() and (np.abs(values) < 2).all()
+    assert len(np.unique(values)) > values.size // 2
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
+def test_bert_layout_refuses_bad_sizes(bad):
+    with pytest.raises(CheckpointError, match="hidden="):
+        bert_layout("b", hidden=bad, layers=1, intermediate=4, vocab=4, positions=4,
+                    type_vocab=1)
+
+
 def test_same_seed_same_bytes(tmp_path):
     tiny = qwen2_layout("tiny", hidden=8, layers=1, intermediate=8, heads=1, kv_heads=1,
                         head_dim=8, vocab=16)
@@ -80,7 +112,7 @@ def test_same_seed_same_bytes(tmp_path):
 
 @pytest.mark.parametrize("name", ["qwen2.5-7b", 3, None])
 def test_unknown_layout(tmp_path, name):
-    with pytest.raises(CheckpointError, match="known: qwen2.5-0.5b, qwen2.5-1.5b"):
+    with pytest.raises(CheckpointError, match="known: all-minilm-l6-v2, qwen2.5-0.5b, qwen2.5-1.5b"):
         write_layout(name, tmp_path)
 
 

@@ -108,6 +108,45 @@ def test_copy_lists_gather_and_scatter_exactly(threads, stream):
     assert all(np.array_equal(o, s) for o, s in zip(outs, srcs))
 
 
+@pytest.mark.parametrize("threads", [1, 4, 16])
+def test_file_reads_land_exactly(tmp_path, threads):
+    # pieces of a file read straight into memory, as the loader fills pinned slots
+    data = _bytes(5 * MiB + 11, threads)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data.tobytes())
+    rng = np.random.default_rng(threads)
+    pieces = [(int(o), int(n)) for o, n in zip(rng.integers(0, 4 * MiB, 60),
+                                               rng.integers(0, 300_000, 60))]
+    pieces += [(0, 0), (len(data) - 1, 1), (0, 3 * MiB)]
+    dst = np.zeros(sum(n for _, n in pieces) + 64, np.uint8)
+    segs, at = [], 0
+    for off, n in pieces:
+        segs.append((dst.ctypes.data + at, off, n))
+        at += n
+    with open(path, "rb") as f:
+        _host_copy.parallel_read(f.fileno(), segs, threads)
+    want = np.concatenate([data[o:o + n] for o, n in pieces])
+    assert np.array_equal(dst[:at], want)
+    assert not dst[at:].any()
+
+
+def test_file_reads_report_a_short_file_and_a_bad_descriptor(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(bytes(1000))
+    dst = np.zeros(4 * MiB, np.uint8)
+    with open(path, "rb") as f:
+        with pytest.raises(EOFError, match="file ended"):
+            _host_copy.parallel_read(f.fileno(), [(dst.ctypes.data, 0, 2 * MiB)], 4)
+        with pytest.raises(EOFError):          # one piece past the end among good ones
+            _host_copy.parallel_read(f.fileno(), [(dst.ctypes.data, 0, 500),
+                                                  (dst.ctypes.data + 500, 999, 2)], 2)
+    with pytest.raises(OSError) as info:
+        _host_copy.parallel_read(1 << 29, [(dst.ctypes.data, 0, MiB)], 4)
+    assert info.value.errno == 9                 # EBADF
+    with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[0\]: a null address"):
+        _host_copy.parallel_read(0, [(0, 0, 4)], 2)
+
+
 def test_copy_lists_refuse_null_addresses():
     a = np.zeros(8, np.uint8)
     with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[1\]: a null address"):

@@ -205,7 +205,8 @@ cdef list _tensor_list(object seq, str name):
                     f"{c_type_name(seq)}")
     items = list(seq)
     for i in range(len(items)):
-        c_tensor_arg(items[i], f"{name}[{i}]")
+        if not isinstance(items[i], TensorPtr):     # (the name is made only for the error)
+            c_tensor_arg(items[i], f"{name}[{i}]")
     return items
 
 
@@ -228,7 +229,19 @@ cdef bint _same_dim_order(TensorPtr a, TensorPtr b) noexcept:
 
 
 cdef int _check_pair(TensorPtr src, TensorPtr out, Py_ssize_t i, bint batch, bint h2d) except -1:
-    """ExecuTorch's _h2d_copy / _d2h_copy checks, and etptr's stricter layout ones."""
+    """ExecuTorch's _h2d_copy / _d2h_copy checks, and etptr's stricter layout ones. Per
+    pair of a batch this is a few comparisons: the message is made only on a failure."""
+    if (src.c_device.c_type == 0) != h2d or (out.c_device.c_type == 0) == h2d or \
+            not _same_sizes(src, out) or src.c_type != out.c_type or \
+            not _same_dim_order(src, out) or \
+            (src.c_numel and (src.c_data == NULL or out.c_data == NULL)) or out.c_readonly or \
+            src.c_storage.c_released or out.c_storage.c_released:
+        _pair_error(src, out, i, batch, h2d)
+    return 0
+
+
+cdef int _pair_error(TensorPtr src, TensorPtr out, Py_ssize_t i, bint batch, bint h2d) except -1:
+    """The error for a pair that failed :func:`_check_pair`, naming the argument and field."""
     cdef str s = _arg("srcs" if batch else "src", i, batch)
     cdef str o = _arg("outs" if batch else "out", i, batch)
     if h2d and src.c_device.c_type != 0:

@@ -14,6 +14,12 @@ static inline long long etptr_atomic_add(long long* p, long long v) {
     return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
 }
 
+/* *p = v unless *p already holds a value other than 0 (the first error wins) */
+static inline void etptr_atomic_set_if_zero(long long* p, long long v) {
+    long long zero = 0;
+    __atomic_compare_exchange_n(p, &zero, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
 static inline void etptr_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();

@@ -2,16 +2,19 @@
 # parallel (no CUDA here). See _host_copy.pyx.
 
 cdef struct Segment:
-    # one piece of a copy list: ``n`` bytes from ``src`` to ``dst``
+    # one piece of a copy list: ``n`` bytes from ``src`` to ``dst``; with ``fd >= 0``
+    # the source is that open file and ``src`` holds the byte offset in it (read with
+    # pread(): no page of the file is mapped, so none is faulted in)
     char* dst
     const char* src
     long long n
+    int fd
 
 
 cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
                      bint stream) noexcept nogil
-cdef void c_par_copy_list(const Segment* segs, long long nsegs, int threads,
-                          bint stream) noexcept nogil
+cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
+                         bint stream) noexcept nogil
 cdef long long c_copy_begin(int threads) noexcept nogil
 cdef void c_copy_end(long long epoch) noexcept nogil
 cdef int c_cpu_count() except -1

@@ -12,11 +12,15 @@ and :func:`c_copy_end`) idle workers spin, so the next chunk starts within a
 microsecond; otherwise they spin briefly and then sleep on a condition
 variable, so nothing spins while no copy runs and the pool does not compete
 with other thread pools (OpenMP's in torch, BLAS). Destinations read by a DMA
-next are written with non-temporal stores (``stream``). After ``fork()`` the
-child starts with no workers and makes new ones. No CUDA here.
+next are written with non-temporal stores (``stream``). A segment may read a file
+instead of memory (``pread``, for checkpoint loads: a fresh map of the file would
+fault its pages in one by one, which halves a load's rate); the first read error
+ends the job and is returned. After ``fork()`` the child starts with no workers and
+makes new ones. No CUDA here.
 """
 import os
 
+from libc.errno cimport EINTR, errno
 from libc.stdint cimport int64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
@@ -50,6 +54,9 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_cond_broadcast(pthread_cond_t* c)
     int pthread_cond_signal(pthread_cond_t* c)
 
+cdef extern from "<unistd.h>" nogil:
+    ssize_t pread(int fd, void* buf, size_t count, long long offset)
+
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
 
@@ -67,6 +74,7 @@ cdef extern from "_host_copy.h" nogil:
     void etptr_cpu_relax()
     void etptr_spin_lock(long long* p)
     void etptr_spin_unlock(long long* p)
+    void etptr_atomic_set_if_zero(long long* p, long long v)
     long long etptr_now_ns()
     void etptr_copy_stream(char* dst, const char* src, size_t n)
 
@@ -92,6 +100,7 @@ cdef struct _Job:
     long long next           # atomic: the next piece to take
     long long done           # atomic: pieces copied
     long long refs           # atomic: workers inside the job
+    long long error          # atomic: the first failed read's errno (-1: the file ended)
     bint stream              # non-temporal stores (the destination is read by DMA next)
     _Job* link
 
@@ -141,13 +150,39 @@ cdef inline void _copy(char* dst, const char* src, long long n, bint stream) noe
         memcpy(dst, src, <size_t>n)
 
 
+cdef void _read(_Job* job, const Segment* seg, long long off, long long m) noexcept nogil:
+    """Bytes [off, off+m) of a file segment, read into its destination."""
+    cdef char* dst = seg.dst + off
+    cdef long long at = <long long><uintptr_t>seg.src + off
+    cdef ssize_t r
+    while m > 0:
+        if etptr_atomic_load(&job.error) != 0:
+            return                  # another piece failed: the job's result is an error
+        r = pread(seg.fd, dst, <size_t>m, at)
+        if r > 0:
+            dst += r
+            at += r
+            m -= r
+        elif r < 0 and errno == EINTR:
+            continue
+        else:
+            etptr_atomic_set_if_zero(&job.error, errno if r < 0 else -1)
+            return
+
+
+cdef inline void _move(_Job* job, const Segment* seg, long long off, long long m) noexcept nogil:
+    if seg.fd >= 0:
+        _read(job, seg, off, m)
+    else:
+        _copy(seg.dst + off, seg.src + off, m, job.stream)
+
+
 cdef void _copy_range(_Job* job, long long a, long long b) noexcept nogil:
     """Copy bytes [a, b) of the job's list."""
     cdef long long lo, hi, mid, k, off, m
     cdef const Segment* seg
     if job.starts == NULL:
-        seg = &job.segs[0]
-        _copy(seg.dst + a, seg.src + a, b - a, job.stream)
+        _move(job, &job.segs[0], a, b - a)
         return
     lo = 0                          # the last segment starting at or before a
     hi = job.nsegs - 1
@@ -165,7 +200,7 @@ cdef void _copy_range(_Job* job, long long a, long long b) noexcept nogil:
         if m > b - a:
             m = b - a
         if m > 0:
-            _copy(seg.dst + off, seg.src + off, m, job.stream)
+            _move(job, seg, off, m)
             a += m
         k += 1
 
@@ -366,6 +401,8 @@ cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
     seg.dst = dst
     seg.src = src
     seg.n = n
+    seg.fd = -1
+    job.error = 0
     job.segs = &seg
     job.nsegs = 1
     job.starts = NULL
@@ -376,26 +413,31 @@ cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
     _run_job(&job, threads)
 
 
-cdef void c_par_copy_list(const Segment* segs, long long nsegs, int threads,
-                          bint stream) noexcept nogil:
-    """Copy every segment of ``segs`` with up to ``threads``
-    threads; the work is split by bytes, so large and small segments mix freely."""
+cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
+                         bint stream) noexcept nogil:
+    """Copy (or read, for file segments) every segment of ``segs`` with up to
+    ``threads`` threads; the work is split by bytes, so large and small segments mix
+    freely. Returns 0, or the first failed read's errno (-1: a file ended before its
+    segment did); after a failure some destinations hold only part of their bytes."""
     cdef _Job job
-    cdef long long* starts
+    cdef long long* starts = NULL
     cdef long long i, at = 0
+    cdef int rc
     if nsegs <= 0:
-        return
+        return 0
     if nsegs == 1:
-        c_par_copy(segs[0].dst, segs[0].src, segs[0].n, threads, stream)
-        return
-    starts = <long long*>malloc(nsegs * sizeof(long long))
-    if starts == NULL:                    # no memory for the index: copy them in turn
+        at = segs[0].n
+    else:
+        starts = <long long*>malloc(nsegs * sizeof(long long))
+        if starts == NULL:                # no memory for the index: one segment at a time
+            for i in range(nsegs):
+                rc = c_par_copy_list(&segs[i], 1, threads, stream)
+                if rc != 0:
+                    return rc
+            return 0
         for i in range(nsegs):
-            _copy(segs[i].dst, segs[i].src, segs[i].n, stream)
-        return
-    for i in range(nsegs):
-        starts[i] = at
-        at += segs[i].n
+            starts[i] = at
+            at += segs[i].n
     job.segs = segs
     job.nsegs = nsegs
     job.starts = starts
@@ -403,8 +445,10 @@ cdef void c_par_copy_list(const Segment* segs, long long nsegs, int threads,
     job.stream = stream
     job.done = 0
     job.refs = 0
+    job.error = 0
     _run_job(&job, threads)
     free(starts)
+    return <int>job.error
 
 
 # ------------------------------------------------------------------ for tests and measurements
@@ -444,12 +488,51 @@ def parallel_copy_list(segments, threads, stream=False):
             segs[i].dst = <char*><uintptr_t>c_count_arg(d, f"segments[{i}].dst")
             segs[i].src = <const char*><uintptr_t>c_count_arg(s, f"segments[{i}].src")
             segs[i].n = c_count_arg(m, f"segments[{i}].nbytes")
+            segs[i].fd = -1
             if segs[i].n and (segs[i].dst == NULL or segs[i].src == NULL):
                 raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
         with nogil:
             c_par_copy_list(segs, n, t, nt)
     finally:
         free(segs)
+
+
+def parallel_read(fd, segments, threads):
+    """Read every ``(dst, file_offset, nbytes)`` of ``segments`` from the open file
+    ``fd`` into host addresses, with up to ``threads`` threads, as one job (the
+    loader's reads). For tests and measurements.
+
+    Raises
+    ------
+    OSError
+        A read failed (its errno).
+    EOFError
+        The file ended before a segment did.
+    """
+    cdef long long n = len(segments), i
+    cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
+    cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
+    cdef int rc
+    cdef Segment* segs = <Segment*>malloc((n if n > 0 else 1) * sizeof(Segment))
+    if segs == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            d, off, m = segments[i]
+            segs[i].dst = <char*><uintptr_t>c_count_arg(d, f"segments[{i}].dst")
+            segs[i].src = <const char*><uintptr_t>c_count_arg(off, f"segments[{i}].file_offset")
+            segs[i].n = c_count_arg(m, f"segments[{i}].nbytes")
+            segs[i].fd = f
+            if segs[i].n and segs[i].dst == NULL:
+                raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
+        with nogil:
+            rc = c_par_copy_list(segs, n, t, False)
+    finally:
+        free(segs)
+    if rc == -1:
+        raise EOFError("the file ended before the bytes to read did")
+    if rc != 0:
+        raise OSError(rc, os.strerror(rc))
 
 
 def copy_threads():

@@ -214,7 +214,7 @@ TINY_PATHS = tuple(p for p in COPY_PATHS if p[0] != "etptr_batch")
 
 # (case key, label, direction) of the file <-> device paths, in table order
 FILE_PATHS = (("etptr.load", "H2D"), ("torch.load", "H2D"), ("cupy.load", "H2D"),
-              ("etptr.save", "D2H"), ("torch.save", "D2H"))
+              ("etptr.save", "D2H"), ("torch.save", "D2H"), ("host.save", "D2H"))
 
 
 def _copy_tables(timings, env, stat, line_bytes):
@@ -427,6 +427,12 @@ def _file_table(timings, labels, stat):
             bars.append((f"pinned line rate {direction.upper()}", g(f"line.{direction}")))
     text = table(["checkpoint file <-> device (page cache warm)", "GB/s", "x line",
                           "x safetensors.torch"], rows)
+    save, host_save = g(prefix + "etptr.save"), g(prefix + "host.save")
+    if save is not None and host_save is not None:
+        ratios["save_vs_host_save"] = ratio(save, host_save)
+        text += (f"\n  etptr.save_safetensors from the device / the same save from host memory: "
+                 f"{fmt_ratio(ratio(save, host_save))} (new files are written no faster "
+                 f"than the file system takes them)")
     return text, ratios, bars
 
 

@@ -4,7 +4,9 @@ it back, for etptr and the loaders people use, and the bit-for-bit checks.
 File -> GPU: ``etptr.load_safetensors(device=)``, ``safetensors.torch.load_file(device=)``
 (when torch is importable) and the safetensors library's numpy reading followed by one
 ``cupy.asarray`` per tensor. GPU -> file: ``etptr.save_safetensors`` and ``.cpu()`` of
-each torch tensor followed by ``safetensors.torch.save_file``. Every path reads the same
+each torch tensor followed by ``safetensors.torch.save_file``, beside ``save_safetensors``
+of the same bytes from host memory: the rate at which the file system takes a new file,
+which bounds every save. Every path reads the same
 files from a warm page cache (they are read once before timing starts) and writes into
 a temporary directory. Without CUDA, the CPU forms are timed: ``load_safetensors(device=
 "cpu")`` (zero-copy views of the mapped files) and saving CPU tensors.
@@ -18,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 import etptr
-from etptr.bench._host import mismatches, plain_view
+from etptr.bench._host import mismatches, plain_view, wrap
 from etptr.bench._timing import Case
 
 
@@ -110,6 +112,10 @@ def file_cases(env, paths, ckpt, progress: bool) -> FileCases:
         for case in saves:
             add(*case)
         return out
+    host_tensors = dict(zip(ckpt.names, wrap(ckpt.arrays)))
+    host_target = os.path.join(out.tmpdir.name, "host.safetensors")
+    saves.append(("host.save", "etptr.save_safetensors of host tensors (file system)",
+                  lambda: etptr.save_safetensors(host_tensors, host_target), None))
     cp, torch = env.cupy, env.torch
     add("cupy.load", "safetensors (numpy) + cupy.asarray per tensor",
         lambda: [cp.asarray(plain_view(a)) for a in reference_load(paths).arrays])

@@ -18,11 +18,41 @@ from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import FilePlan, TensorEntry, file_identity
 
-__all__ = ["host_view", "map_file"]
+__all__ = ["host_view", "map_file", "open_checked"]
 
 # What zero-size tensors alias: a valid, read-only, empty buffer.
 _EMPTY = np.empty(0, dtype=np.uint8)
 _EMPTY.flags.writeable = False
+
+
+def open_checked(plan: FilePlan) -> int:
+    """A read-only file descriptor of the file, after checking that it is still the
+    file whose header was read (same size, device, inode and modification time).
+    The caller closes it.
+
+    Raises
+    ------
+    CheckpointError
+        The file cannot be opened, or it changed since its header was read.
+    """
+    try:
+        fd = os.open(plan.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CheckpointError(f"{plan.path}: cannot be opened ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if st.st_size != plan.file_size:
+            raise CheckpointError(f"{plan.path}: is {st.st_size} bytes now, {plan.file_size} "
+                                  f"when its header was read: the file changed")
+        if plan.identity is not None and file_identity(st) != plan.identity:
+            # e.g. a save renamed a new file of the same size over the path: its data
+            # would be read with the old file's header
+            raise CheckpointError(f"{plan.path}: is another file (or was rewritten) since its "
+                                  f"header was read: the file changed")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def map_file(plan: FilePlan) -> memoryview | None:
@@ -32,26 +62,13 @@ def map_file(plan: FilePlan) -> memoryview | None:
     Raises
     ------
     CheckpointError
-        The file cannot be opened or mapped, or its size is not the one its
-        header was checked against (it changed in between).
+        The file cannot be opened or mapped, or it changed since its header
+        was read (see :func:`open_checked`).
     """
     if not any(t.nbytes for t in plan.tensors):
         return None
+    fd = open_checked(plan)
     try:
-        fd = os.open(plan.path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise CheckpointError(f"{plan.path}: cannot be opened ({exc.strerror or exc})") from None
-    try:
-        st = os.fstat(fd)
-        size = st.st_size
-        if size != plan.file_size:
-            raise CheckpointError(f"{plan.path}: is {size} bytes now, {plan.file_size} when its "
-                                  f"header was read: the file changed")
-        if plan.identity is not None and file_identity(st) != plan.identity:
-            # e.g. a save renamed a new file of the same size over the path: its data
-            # would be read with the old file's header
-            raise CheckpointError(f"{plan.path}: is another file (or was rewritten) since its "
-                                  f"header was read: the file changed")
         mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
     except OSError as exc:
         raise CheckpointError(f"{plan.path}: cannot be mapped ({exc.strerror or exc})") from None

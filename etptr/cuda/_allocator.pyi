@@ -1,4 +1,5 @@
 """Type stubs for etptr.cuda._allocator: CudaAllocator, the allocator for DeviceType.CUDA."""
+from collections.abc import Sequence
 from typing import Final, Protocol, TypeAlias, final
 
 from etptr._core._device import DeviceType
@@ -58,6 +59,15 @@ class CudaAllocator(DeviceAllocator):
         slot_bytes: int | None = None,
         slots: int | None = None,
         small_copy_bytes: int | None = None,
+    ) -> None: ...
+    def copy_file_to_device(
+        self,
+        dst: int,
+        fd: int,
+        pieces: Sequence[tuple[int, int, int]],
+        index: int,
+        *,
+        stream: _Stream | None = None,
     ) -> None: ...
     def allocate_host(self, nbytes: int, index: int) -> PinnedBlock | None: ...
     @property

@@ -15,11 +15,12 @@ it, so that inherited tensors die quietly.
 """
 cimport cython
 from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
 
 from etptr._core._args cimport c_count_arg, c_int_arg
 from etptr._core._device_allocator cimport DeviceAllocator
 from etptr._core._error cimport raise_error
-from etptr.cuda._batch cimport c_d2h_batch, c_h2d_batch
+from etptr.cuda._batch cimport c_d2h_batch, c_h2d_batch, c_h2d_file
 from etptr.cuda._copy_engine cimport CopyConfig, c_config, c_d2h, c_h2d
 from etptr.cuda._driver cimport (
     DeviceGuard, c_check_usable, c_enter_device, c_exit_device, c_forked, c_keep_forever,
@@ -337,6 +338,83 @@ cdef class CudaAllocator(DeviceAllocator):
         else:
             c_d2h(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg)
         return 0
+
+    def copy_file_to_device(self, dst, fd, pieces, index, *, stream=None):
+        """Copy pieces of an open file to device memory on device ``index``, as one
+        pipelined copy whose copy threads read the file (``pread``) straight into
+        the pinned slots. :func:`etptr.load_safetensors` moves each file's data
+        section this way.
+
+        Parameters
+        ----------
+        dst : int, device address the offsets count from
+        fd : int, a file descriptor open for reading
+        pieces : sequence of (file_offset, dst_offset, nbytes), ints in bytes;
+            ``dst_offset`` increasing and pieces not overlapping on the device
+            side; pieces of 0 bytes are skipped. The device range from the
+            first piece to the end of the last moves as one: bytes in the gaps
+            between pieces are overwritten with unspecified values
+        index : int, device index (-1 = current device)
+        stream : CUDA stream, optional
+            None: complete on return. A stream: queued on it; the file has been
+            read on return.
+
+        Raises
+        ------
+        InvalidArgumentError
+            A negative or non-integer value, pieces out of order or overlapping,
+            a bad index, or a range that runs past ``dst``'s device allocation;
+            nothing has moved.
+        OSError
+            A read failed; ``EOFError``: the file ended before a piece did (it
+            was truncated). The device range may then hold part of the data.
+        InvalidStateError
+            This process was forked after CUDA was initialised.
+        """
+        cdef CopyConfig cfg
+        cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
+        cdef int dev
+        cdef uintptr_t base = _address(dst, "dst") if dst else 0
+        cdef list items = list(pieces)
+        cdef Py_ssize_t count = len(items), i, k = 0
+        cdef int64_t* offs = <int64_t*>malloc((count + 1) * sizeof(int64_t))
+        cdef int64_t* starts = <int64_t*>malloc((count + 1) * sizeof(int64_t))
+        cdef int64_t* lens = <int64_t*>malloc((count + 1) * sizeof(int64_t))
+        cdef int64_t end = 0, o, at, n
+        try:
+            if offs == NULL or starts == NULL or lens == NULL:
+                raise MemoryError()
+            for i in range(count):
+                try:
+                    a, b, c = items[i]
+                except (TypeError, ValueError):
+                    raise_error(Error.InvalidArgument, f"pieces[{i}]={items[i]!r}: expected "
+                                f"(file_offset, dst_offset, nbytes)")
+                o = c_count_arg(a, f"pieces[{i}].file_offset")
+                at = c_count_arg(b, f"pieces[{i}].dst_offset")
+                n = c_count_arg(c, f"pieces[{i}].nbytes")
+                if n == 0:
+                    continue
+                if at < end:
+                    raise_error(Error.InvalidArgument,
+                                f"pieces[{i}].dst_offset={at}: overlaps or precedes the "
+                                f"previous piece, which ends at {end}")
+                if o > INT64_MAX - n or at > INT64_MAX - n:
+                    raise_error(Error.InvalidArgument, f"pieces[{i}]: offset + nbytes overflows")
+                offs[k] = o
+                starts[k] = at
+                lens[k] = n
+                end = at + n
+                k += 1
+            if k and base == 0:
+                raise_error(Error.InvalidArgument, "dst must not be null")
+            dev = self._index(index, "CudaAllocator.copy_file_to_device")
+            c_config(&cfg, None, None, None, None)
+            c_h2d_file(base, f, offs, starts, lens, k, dev, stream, &cfg)
+        finally:
+            free(offs)
+            free(starts)
+            free(lens)
 
     def allocate_host(self, nbytes, index):
         """A block of page-locked host memory from the process-wide

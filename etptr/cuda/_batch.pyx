@@ -17,6 +17,10 @@ into large transfers:
   into it and one copy brings it down (D2H). Without a kernel (the CUDA
   stand-in, a driver that cannot load PTX) each piece is copied alone.
 
+* Pieces of an open file (a checkpoint's data) into one device range: one
+  pipelined copy whose copy threads read the file straight into the pinned
+  slots (``pread``; see :func:`c_h2d_file`).
+
 The scratch area (up to 64 MiB per device, grown on demand, kept for reuse)
 is ordered by an event: a batch queued on another stream waits for the
 previous user's last kernel before it writes to it.
@@ -29,8 +33,9 @@ from etptr._core._error cimport raise_error
 from etptr.cuda._copy_engine cimport (
     CopyConfig, HostList, c_copy_stream, c_staged, c_transfer)
 from etptr.cuda._driver cimport (
-    DeviceGuard, api, c_check, c_check_usable, c_cupy, c_enter_device, c_event_create,
-    c_exit_device, c_is_page_locked, c_module_function, c_range_start)
+    DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cupy, c_enter_device,
+    c_event_create, c_exit_device, c_is_page_locked, c_module_function, c_range_start,
+    c_runtime)
 
 from etptr._core._error import Error, NotSupportedError
 from etptr.cuda._driver import _on_backend_change, _on_fork_child
@@ -157,6 +162,7 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
         L.lens = n
         L.starts = starts
         L.n = count
+        L.fd = -1
         c_staged(base, 0, &L, span, d, s, h2d, sync or not h2d, cfg)
     finally:
         free(starts)
@@ -316,3 +322,54 @@ cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* 
     """Copy ``count`` pieces device -> host: piece i is ``n[i]`` bytes from device
     ``src[i]`` to host ``dst[i]``. ``stream`` as for the single copy."""
     return _batch_entry(dst, src, n, count, dev, stream, cfg, False)
+
+
+cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const int64_t* starts,
+                    const int64_t* n, int64_t count, int dev, object stream,
+                    CopyConfig* cfg) except -1:
+    """Copy ``count`` pieces of the open file ``fd`` to device memory on ``dev`` (a
+    checked index): piece i is ``n[i]`` bytes at byte ``file_offsets[i]`` of the file,
+    to device address ``dst + starts[i]`` (``starts`` increasing, pieces not
+    overlapping, ``n[i] > 0``). One pipelined copy of the device range: the copy
+    threads read the file into the pinned slots with ``pread`` (the page cache is
+    copied once; no map of the file is made, so no page fault is taken and a file
+    truncated meanwhile gives an error, not SIGBUS), each slot's DMA runs while the
+    next is read. ``stream`` as for :func:`c_h2d_batch`.
+
+    Raises
+    ------
+    OSError
+        A read failed; EOFError: the file ended before a piece did. The device
+        range may hold part of the data.
+    """
+    cdef HostList L
+    cdef DeviceGuard guard
+    cdef int64_t i
+    cdef int64_t span
+    cdef int64_t* rel
+    c_check_usable("host->device copy of a file")
+    if count <= 0:
+        return 0
+    span = starts[count - 1] + n[count - 1] - starts[0]
+    c_runtime()
+    c_enter_device(dev, &guard)
+    try:
+        c_check_device_range(dst + <uintptr_t>starts[0], span, "dst")
+        rel = <int64_t*>malloc(count * sizeof(int64_t))
+        if rel == NULL:
+            raise MemoryError()
+        try:
+            for i in range(count):
+                rel[i] = starts[i] - starts[0]
+            L.host = <char**>file_offsets
+            L.lens = n
+            L.starts = rel
+            L.n = count
+            L.fd = fd
+            c_staged(dst + <uintptr_t>starts[0], 0, &L, span, dev, c_copy_stream(dev, stream),
+                     True, stream is None, cfg)
+        finally:
+            free(rel)
+    finally:
+        c_exit_device(&guard)
+    return 0

@@ -11,11 +11,14 @@ cdef struct CopyConfig:
 cdef struct HostList:
     # The host side of a pipelined copy made of many pieces: piece i is lens[i] bytes
     # at host[i], at offset starts[i] of the device range (sorted, not overlapping;
-    # the gaps between pieces are neither read nor written on the host).
+    # the gaps between pieces are neither read nor written on the host). With
+    # ``fd >= 0`` (uploads only) the pieces are in that open file: host[i] is the
+    # piece's byte offset in it, and the copy threads read it with pread().
     char** host
     const int64_t* lens
     const int64_t* starts
     int64_t n
+    int fd
 
 
 cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,

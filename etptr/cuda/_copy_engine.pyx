@@ -343,6 +343,14 @@ cdef int _pipe_failed(int rc, _Pipe* p, bint h2d) except -1 with gil:
     return -1
 
 
+cdef int _read_failed(int err, _Pipe* p, int64_t off) except -1 with gil:
+    if err == -1:
+        raise EOFError(f"the file ended while reading the chunk at byte {off} of the "
+                       f"{p.nbytes}-byte copy on cuda:{p.device} (it was truncated?)")
+    raise OSError(err, f"{os.strerror(err)} (reading the chunk at byte {off} of the "
+                       f"{p.nbytes}-byte copy on cuda:{p.device})")
+
+
 cdef int _between_chunks(bint h2d, int64_t i) except -1 with gil:
     if _hook_set and _chunk_hook is not None:
         _chunk_hook("h2d" if h2d else "d2h", i)
@@ -351,12 +359,15 @@ cdef int _between_chunks(bint h2d, int64_t i) except -1 with gil:
     return 0
 
 
-cdef void _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
-                       bint stream) noexcept nogil:
+cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
+                      bint stream) noexcept nogil:
     """Copy bytes [off, off+m) of the device range between ``slot`` and the pieces
-    that fall in it (gather into the slot for H2D, scatter out of it for D2H)."""
+    that fall in it (gather into the slot for H2D, scatter out of it for D2H; read
+    from the file for a file's pieces). Returns 0 or a file read's error (as
+    :func:`~etptr._core._host_copy.c_par_copy_list`)."""
     cdef const HostList* L = p.pieces
     cdef int64_t lo = 0, hi = L.n, mid, end, i, a, b, nseg = 0
+    cdef int rc = 0
     cdef Segment one
     cdef Segment* segs
     while lo < hi:                      # the first piece ending after off
@@ -369,6 +380,7 @@ cdef void _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
     while end < L.n and L.starts[end] < off + m:
         end += 1
     segs = <Segment*>malloc((end - lo + 1) * sizeof(Segment))
+    one.fd = L.fd if h2d else -1
     for i in range(lo, end):
         a = L.starts[i] if L.starts[i] > off else off
         b = L.starts[i] + L.lens[i]
@@ -384,20 +396,23 @@ cdef void _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
             one.src = slot + (a - off)
         one.n = b - a
         if segs == NULL:                # no memory for the list: copy the pieces in turn
-            c_par_copy(one.dst, one.src, one.n, 1, stream)
+            rc = c_par_copy_list(&one, 1, 1, stream)
+            if rc != 0:
+                return rc
             continue
         segs[nseg] = one
         nseg += 1
     if segs != NULL:
-        c_par_copy_list(segs, nseg, p.threads, stream)
+        rc = c_par_copy_list(segs, nseg, p.threads, stream)
         free(segs)
+    return rc
 
 
-cdef inline void _fill(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
+cdef inline int _fill(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
     if p.pieces == NULL:
         c_par_copy(slot, p.host + off, m, p.threads, p.stream_stores)
-    else:
-        _move_pieces(p, slot, off, m, True, p.stream_stores)
+        return 0
+    return _move_pieces(p, slot, off, m, True, p.stream_stores)
 
 
 cdef inline void _drain(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
@@ -422,7 +437,9 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
             p.pending[j] = False
         off = i * p.chunk
         m = _chunk_len(p, i)
-        _fill(p, p.slot[j], off, m)
+        rc = _fill(p, p.slot[j], off, m)
+        if rc != 0:
+            _read_failed(rc, p, off)
         rc = api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
         if rc == 0:
             rc = api.event_record(p.event[j], p.stream)

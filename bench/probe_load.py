@@ -1,0 +1,82 @@
+"""Probe: where the time of ``load_safetensors(path, "cuda:0")`` goes, step by step,
+beside batched copies of the same bytes from a map already faulted in and from a
+fresh one. Writes a Qwen2.5-0.5B-shaped checkpoint to /dev/shm first.
+
+    python bench/probe_load.py [LAYOUT]      (default: qwen2.5-0.5b)
+"""
+import statistics
+import sys
+import tempfile
+import time
+
+import cupy
+
+import etptr
+from etptr._core._device import as_device
+from etptr.bench._layouts import write_layout
+from etptr.checkpoint._device import DEVICE_ALIGNMENT, DeviceMemoryBuffer
+from etptr.checkpoint._host import map_file
+from etptr.checkpoint._layout import layout_file
+from etptr.checkpoint._plan import read_plan
+
+
+def med(f, reps=7):
+    times = []
+    for _ in range(reps + 1):
+        cupy.cuda.Device(0).synchronize()
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def main(name):
+    d = tempfile.mkdtemp(dir="/dev/shm")
+    path = write_layout(name, d)
+    plan = read_plan(path)
+    f = plan.files[0]
+    lay = layout_file(f, DEVICE_ALIGNMENT)
+    n = plan.nbytes
+    dev = as_device("cuda:0", "device")
+    print(f"{path}: {len(f.tensors)} tensors, {n / 1e9:.3f} GB, {len(lay.runs)} copy runs")
+
+    def gbps(s):
+        return f"{s * 1e3:8.2f} ms  {n / s / 1e9:6.1f} GB/s"
+
+    print("load_safetensors        ", gbps(med(lambda: etptr.load_safetensors(path, "cuda:0",
+                                                                             progress=False))))
+    print("  read_plan             ", gbps(med(lambda: read_plan(path))))
+    print("  layout_file           ", gbps(med(lambda: layout_file(f, DEVICE_ALIGNMENT))))
+    print("  map_file + close      ", gbps(med(lambda: map_file(f).release())))
+    buf = DeviceMemoryBuffer.create(lay.nbytes, dev, alignment=DEVICE_ALIGNMENT)
+    print("  DeviceMemoryBuffer    ", gbps(med(lambda: DeviceMemoryBuffer.create(
+        lay.nbytes, dev, alignment=DEVICE_ALIGNMENT).close())))
+    outs = [buf.tensor(r.buffer_offset, [r.nbytes], etptr.ScalarType.Byte) for r in lay.runs]
+    print("  views                 ", gbps(med(lambda: [buf.tensor(o, list(t.shape), t.scalar_type)
+                                                        for t, o in zip(f.tensors, lay.offsets)])))
+
+    def copy_fresh():
+        m = map_file(f)
+        srcs = [etptr.make_tensor_ptr([r.nbytes], m[r.file_offset:r.file_offset + r.nbytes],
+                                      type=etptr.ScalarType.Byte) for r in lay.runs]
+        etptr.h2d_copy(srcs, outs)
+        del srcs
+
+    print("  h2d_copy, fresh map   ", gbps(med(copy_fresh)))
+    m = map_file(f)
+    srcs = [etptr.make_tensor_ptr([r.nbytes], m[r.file_offset:r.file_offset + r.nbytes],
+                                  type=etptr.ScalarType.Byte) for r in lay.runs]
+    etptr.h2d_copy(srcs, outs)
+    print("  h2d_copy, faulted map ", gbps(med(lambda: etptr.h2d_copy(srcs, outs))))
+    print("  clone_tensor_ptrs_to, faulted map",
+          gbps(med(lambda: etptr.clone_tensor_ptrs_to(srcs, "cuda:0"))))
+    print("  line (pinned 256 MiB)  ", end="")
+    host = cupy.cuda.alloc_pinned_memory(256 << 20)
+    dmem = cupy.cuda.alloc(256 << 20)
+    s = med(lambda: (dmem.copy_from_host_async(host.ptr, 256 << 20),
+                     cupy.cuda.Device(0).synchronize()))
+    print(f"{(256 << 20) / s / 1e9:6.1f} GB/s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b")

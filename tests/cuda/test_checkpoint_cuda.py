@@ -1,0 +1,185 @@
+"""load_safetensors onto CUDA: the file is read straight into pinned slots
+(CudaAllocator.copy_file_to_device), never mapped; bit-exact for every dtype; a file
+that shrinks while it is read gives a CheckpointError and leaves nothing allocated."""
+import mmap
+import os
+
+import numpy as np
+import pytest
+
+import etptr
+from etptr import ScalarType as ST
+from etptr.checkpoint import CheckpointError
+from etptr.checkpoint import _device as ckpt_device
+from etptr.cuda import _copy_engine, copy_config
+
+from _checkpoint_helpers import DTYPES, open_fds, random_array, raw_bytes, reference_serialize
+
+SMALL = dict(threads=4, slot_bytes=64 * 1024, slots=3, small_copy_bytes=4096)
+SHAPES = [(2, 3), (), (0, 4), (5,), (1, 1, 3), (300, 77)]
+
+
+def _file(tmp_path, codes, seed=0, name="m.safetensors"):
+    rng = np.random.default_rng(seed)
+    arrays = {f"{c}.{i}": random_array(c, s, rng) for c in codes for i, s in enumerate(SHAPES)}
+    path = tmp_path / name
+    path.write_bytes(reference_serialize(arrays))
+    return path, arrays
+
+
+def _host_bytes(t):
+    return raw_bytes(etptr.clone_tensor_ptr_to_cpu(t).numpy()) if t.nbytes else b""
+
+
+@pytest.fixture
+def no_maps(monkeypatch):
+    """Fails the test if the loader maps a file."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("the CUDA load mapped the file")
+    monkeypatch.setattr(mmap, "mmap", refuse)
+
+
+@pytest.fixture
+def hook():
+    yield
+    _copy_engine._set_chunk_hook(None)
+
+
+@pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
+def test_every_dtype_bit_exact_without_a_map(tmp_path, settings, no_maps, device_used):
+    path, arrays = _file(tmp_path, list(DTYPES))
+    before = device_used()
+    fds = open_fds()
+    with copy_config(**settings):
+        out = etptr.load_safetensors(path, "cuda:0", progress=False)
+    assert open_fds() == fds
+    assert sorted(out) == sorted(arrays)
+    for name, arr in arrays.items():
+        t = out[name]
+        assert t.device == etptr.Device("cuda:0")
+        assert t.sizes == arr.shape and t.scalar_type == DTYPES[name.split(".")[0]][0]
+        assert t.nbytes == 0 or t.data_ptr % 256 == 0
+        assert _host_bytes(t) == raw_bytes(arr), name
+    del out, t
+    assert device_used() == before
+
+
+def test_progress_steps_and_the_reads(tmp_path, monkeypatch, no_maps):
+    # steps of 4 KiB: many copies, each a list of pieces of the file
+    path, arrays = _file(tmp_path, ["F32", "I8", "F64"], seed=3)
+    monkeypatch.setattr(ckpt_device, "LOAD_STEP", 4096)
+    calls = []
+    real = ckpt_device._steps
+
+    def spy(runs, limit):
+        groups = real(runs, limit)
+        calls.extend([(r.file_offset, r.buffer_offset, r.nbytes) for r in g] for g in groups)
+        return groups
+
+    monkeypatch.setattr(ckpt_device, "_steps", spy)
+    seen = []
+    with copy_config(**SMALL):
+        out = etptr.load_safetensors(path, "cuda:0", progress=lambda d, t: seen.append((d, t)))
+    total = sum(a.nbytes for a in arrays.values())
+    assert len(calls) == len(seen) > 2
+    assert seen[-1] == (total, total) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    assert all(sum(n for _, _, n in c) <= 4096 for c in calls)
+    assert sum(n for c in calls for _, _, n in c) == total
+    for name, arr in arrays.items():
+        assert _host_bytes(out[name]) == raw_bytes(arr), name
+
+
+def test_subset_reads_only_its_tensors(tmp_path, no_maps):
+    path, arrays = _file(tmp_path, ["I32", "U16"], seed=5)
+    want = ["U16.5", "I32.0"]
+    out = etptr.load_safetensors(path, "cuda:0", names=want, progress=False)
+    assert sorted(out) == sorted(want)
+    for name in want:
+        assert _host_bytes(out[name]) == raw_bytes(arrays[name])
+
+
+def test_a_file_truncated_while_read(tmp_path, hook, device_used, pool):
+    # the file loses its tail after the first slot went up: a CheckpointError naming the
+    # file, no device memory kept, the pinned slots back, no descriptor left open
+    path, _ = _file(tmp_path, ["F64"], seed=7)
+    size = path.stat().st_size
+    before = device_used()
+    fds = open_fds()
+
+    def shrink(direction, i):
+        if i == 0:
+            os.truncate(path, size // 2)
+
+    _copy_engine._set_chunk_hook(shrink)
+    with copy_config(**dict(SMALL, slot_bytes=4096)):
+        with pytest.raises(CheckpointError, match="m.safetensors.*changed while loading"):
+            etptr.load_safetensors(path, "cuda:0", progress=False)
+    _copy_engine._set_chunk_hook(None)
+    assert open_fds() == fds
+    assert device_used() == before
+    assert pool.stats()["in_use_bytes"] == 0
+
+
+def test_a_file_replaced_before_the_read(tmp_path, monkeypatch):
+    path, _ = _file(tmp_path, ["F32"], seed=9)
+    plan = etptr.checkpoint.read_plan(path)
+    other, _ = _file(tmp_path, ["F32"], seed=10, name="other.safetensors")
+    os.replace(other, path)                       # same size, another file
+    with pytest.raises(CheckpointError, match="another file"):
+        ckpt_device._load_to_device(plan, etptr.Device("cuda:0"), None)
+
+
+# ------------------------------------------------------------------ copy_file_to_device
+
+def test_copy_file_to_device_pieces_and_gaps(tmp_path, alloc):
+    data = np.arange(1 << 16, dtype=np.uint8)
+    path = tmp_path / "raw.bin"
+    path.write_bytes(data.tobytes())
+    dev = etptr.zeros([1 << 16], type=ST.Byte, device="cuda:0")
+    pieces = [(100, 0, 5000), (9000, 8192, 0), (30000, 8192, 20000), (0, 60000, 16)]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with copy_config(**SMALL):
+            alloc.copy_file_to_device(dev.data_ptr, fd, pieces, 0)
+    finally:
+        os.close(fd)
+    got = etptr.clone_tensor_ptr_to_cpu(dev).numpy()
+    for off, at, n in pieces:                     # (the gaps between pieces: unspecified)
+        np.testing.assert_array_equal(got[at:at + n], data[off:off + n])
+    assert not got[60016:].any()                  # past the last piece: untouched
+
+
+@pytest.mark.parametrize("pieces, match", [
+    ([(0, 0, -1)], r"pieces\[0\].nbytes"),
+    ([(-5, 0, 4)], r"pieces\[0\].file_offset"),
+    ([(0, 100, 8), (0, 104, 8)], r"pieces\[1\].dst_offset=104: overlaps"),
+    ([(0, 0)], r"pieces\[0\]=\(0, 0\): expected"),
+    ([5], r"pieces\[0\]=5: expected"),
+    ([(0, 0, 1 << 20)], r"past the end|dst"),
+])
+def test_copy_file_to_device_refuses_bad_pieces(tmp_path, alloc, pieces, match):
+    path = tmp_path / "raw.bin"
+    path.write_bytes(bytes(4096))
+    dev = etptr.zeros([4096], type=ST.Byte, device="cuda:0")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(etptr.InvalidArgumentError, match=match):
+            alloc.copy_file_to_device(dev.data_ptr, fd, pieces, 0)
+    finally:
+        os.close(fd)
+
+
+def test_copy_file_to_device_read_errors(tmp_path, alloc, pool):
+    path = tmp_path / "raw.bin"
+    path.write_bytes(bytes(1000))
+    dev = etptr.zeros([1 << 14], type=ST.Byte, device="cuda:0")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(EOFError, match="file ended"):
+            alloc.copy_file_to_device(dev.data_ptr, fd, [(0, 0, 8192)], 0)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError) as info:                   # no such descriptor
+        alloc.copy_file_to_device(dev.data_ptr, 1 << 29, [(0, 0, 8192)], 0)
+    assert info.value.errno == 9
+    assert pool.stats()["in_use_bytes"] == 0
