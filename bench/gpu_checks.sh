@@ -20,6 +20,8 @@
 #               and 4-byte copies at the driver level
 #   probe_load  bench/probe_load.py: load_safetensors step by step
 #   pool_cap    bench/probe_pool_cap.py: batched downloads larger than the pool's cache
+#   slots       bench/probe_slots.py: slot size, slot count and threads on mid-size
+#               batches and file loads; 4-byte copies into existing tensors
 set -u
 out=${1:?usage: bash bench/gpu_checks.sh OUTDIR [STEP ...]}
 shift
@@ -59,6 +61,7 @@ for step in $steps; do
                   run probe_io 200 "$out/probe_file_io" /dev/shm 1024 15 ;;
         probe_load) run probe_load 200 $py bench/probe_load.py ;;
         pool_cap) run pool_cap 200 $py bench/probe_pool_cap.py ;;
+        slots) run slots 300 $py bench/probe_slots.py ;;
         checkpoint) run checkpoint 200 $py -m etptr.bench --no-progress ;;
         *) echo "unknown step $step" | tee -a "$out/summary.txt" ;;
     esac

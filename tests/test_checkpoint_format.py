@@ -523,3 +523,41 @@ def test_select_bad_names_argument(tmp_path, names):
     plan = read_plan(write_raw(tmp_path / "a.safetensors", {"w": entry("U8", [1], 0, 1)}, b"\0"))
     with pytest.raises(CheckpointError, match="names"):
         plan.select(names)
+
+
+_EDGE_ENTRIES = [
+    {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+    {"dtype": "F32", "shape": [], "data_offsets": [0, 4]},
+    {"dtype": "F32", "shape": [0, 5], "data_offsets": [7, 7]},
+    {"dtype": "F32", "shape": [True, 3], "data_offsets": [0, 12]},
+    {"dtype": "F32", "shape": [2, 3], "data_offsets": [0.0, 24]},
+    {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24], "x": 1},
+    {"dtype": "F32", "shape": [2, 3], "offsets": [0, 24]},
+    {"dtype": "F32", "shape": [0, 1 << 62, 1 << 62], "data_offsets": [0, 0]},
+    {"dtype": "F32", "shape": [1 << 61], "data_offsets": [0, 1 << 63]},
+    {"dtype": "F32", "shape": [2, -3], "data_offsets": [0, 24]},
+    {"dtype": "F32", "shape": [1] * 17, "data_offsets": [0, 4]},
+    {"dtype": "F32", "shape": (2, 3), "data_offsets": [0, 24]},
+    {"dtype": "f32", "shape": [2, 3], "data_offsets": [0, 24]},
+    {"dtype": "F4", "shape": [2], "data_offsets": [0, 1]},
+    {"dtype": "F32", "shape": [2, 3], "data_offsets": [24, 0]},
+    {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 25]},
+    {"dtype": "F32", "shape": [2, 3], "data_offsets": [100, 124]},
+    {"dtype": "BF16", "shape": [3], "data_offsets": [2, 8]},
+    ["F32"],
+]
+
+
+@pytest.mark.parametrize("entry", _EDGE_ENTRIES, ids=lambda e: str(e)[:60])
+def test_fast_entry_check_accepts_what_the_full_check_accepts(entry):
+    # the quick acceptance of well-formed entries accepts no more than the full check
+    from etptr.checkpoint import _format
+    path = Path("x.safetensors")
+
+    def outcome(check):
+        try:
+            return check(path, "t", entry, 110)
+        except CheckpointError as exc:
+            return str(exc)
+
+    assert outcome(_format._check_entry) == outcome(_format._check_entry_in_full)

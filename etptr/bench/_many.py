@@ -118,8 +118,10 @@ def _tiny_cases(env):
     pin = etptr.empty([1], pinned=True)
     cdev = cp.asarray(tiny)
     cpin = np.frombuffer(cp.cuda.alloc_pinned_memory(4), np.float32, 1)
+    cur = cp.cuda.get_current_stream()
     cases = [Case(k, k, fn, nbytes=4, number=TINY_CALLS, sync=env.sync) for k, fn in (
         ("tiny.etptr_copy.h2d", lambda: etptr.h2d_copy(src, dev)),
+        ("tiny.etptr_copy_stream.h2d", lambda: etptr.h2d_copy(src, dev, stream=cur)),
         ("tiny.cupy_set.h2d", lambda: cdev.set(tiny)),
         ("tiny.etptr_copy.d2h", lambda: etptr.d2h_copy(dev, pin)),
         ("tiny.cupy_get_out.d2h", lambda: cdev.get(out=cpin)),
@@ -231,6 +233,9 @@ def run_many(env, args, out) -> tuple:
                   [["H2D: h2d_copy vs ndarray.set()", f"{us['tiny.etptr_copy.h2d']:.2f}",
                     f"{us['tiny.cupy_set.h2d']:.2f}",
                     fmt_ratio(ratio(us['tiny.etptr_copy.h2d'], us['tiny.cupy_set.h2d']))],
+                   ["H2D: h2d_copy(stream=current), queued as set()",
+                    f"{us['tiny.etptr_copy_stream.h2d']:.2f}", f"{us['tiny.cupy_set.h2d']:.2f}",
+                    fmt_ratio(ratio(us['tiny.etptr_copy_stream.h2d'], us['tiny.cupy_set.h2d']))],
                    ["D2H: d2h_copy vs ndarray.get(out=pinned)", f"{us['tiny.etptr_copy.d2h']:.2f}",
                     f"{us['tiny.cupy_get_out.d2h']:.2f}",
                     fmt_ratio(ratio(us['tiny.etptr_copy.d2h'], us['tiny.cupy_get_out.d2h']))]]))

@@ -300,7 +300,38 @@ def _check_shape(path: Path, name: str, shape: object) -> tuple[int, ...]:
     return tuple(shape)
 
 
+# bytes per element of each safetensors dtype etptr reads
+_ELEMENT_BYTES = {code: element_size(st) for code, st in SAFETENSORS_DTYPES.items()}
+
+
 def _check_entry(path: Path, name: str, entry: object, data_size: int) -> TensorEntry:
+    """The entry as a TensorEntry, or the CheckpointError that names what is wrong.
+
+    An entry that is well formed is accepted in a few comparisons; any other goes
+    through :func:`_check_entry_in_full`, which accepts no more and finds the message."""
+    if type(entry) is dict and len(entry) == 3:
+        dtype = entry.get("dtype")
+        shape = entry.get("shape")
+        offsets = entry.get("data_offsets")
+        esize = _ELEMENT_BYTES.get(dtype) if type(dtype) is str else None
+        if esize is not None and type(shape) is list and len(shape) <= _MAX_DIMS and \
+                type(offsets) is list and len(offsets) == 2:
+            begin, end = offsets
+            if type(begin) is int and type(end) is int and 0 <= begin <= end <= data_size:
+                numel = nonzero = 1
+                for d in shape:
+                    if type(d) is not int or d < 0:
+                        break
+                    numel *= d
+                    nonzero *= d or 1
+                else:
+                    if nonzero <= _INT64_MAX and numel * esize == end - begin:
+                        return TensorEntry(name, SAFETENSORS_DTYPES[dtype], tuple(shape),
+                                           begin, end)
+    return _check_entry_in_full(path, name, entry, data_size)
+
+
+def _check_entry_in_full(path: Path, name: str, entry: object, data_size: int) -> TensorEntry:
     if not isinstance(entry, dict):
         _fail(path, f"its header entry is a JSON {type(entry).__name__}, not an object", name)
     missing = [k for k in _ENTRY_KEYS if k not in entry]
