@@ -1,9 +1,13 @@
 """Probe: where the time of ``load_safetensors(path, "cuda:0")`` goes, step by step,
 beside batched copies of the same bytes from a map already faulted in and from a
-fresh one. Writes a Qwen2.5-0.5B-shaped checkpoint to /dev/shm first.
+fresh one. Writes a Qwen2.5-0.5B-shaped checkpoint to DIR first (its pages stay in
+the page cache: /dev/shm is tmpfs; a directory on a disk's file system shows how
+that file system's page cache is read).
 
-    python bench/probe_load.py [LAYOUT]      (default: qwen2.5-0.5b)
+    python bench/probe_load.py [LAYOUT [DIR]]      (default: qwen2.5-0.5b /dev/shm)
 """
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -30,15 +34,16 @@ def med(f, reps=7):
     return statistics.median(times[1:])
 
 
-def main(name):
-    d = tempfile.mkdtemp(dir="/dev/shm")
+def main(name, where):
+    d = tempfile.mkdtemp(dir=where)
     path = write_layout(name, d)
     plan = read_plan(path)
     f = plan.files[0]
     lay = layout_file(f, DEVICE_ALIGNMENT)
     n = plan.nbytes
     dev = as_device("cuda:0", "device")
-    print(f"{path}: {len(f.tensors)} tensors, {n / 1e9:.3f} GB, {len(lay.runs)} copy runs")
+    fs = os.popen(f"stat -f -c %T {d}").read().strip()
+    print(f"{path} ({fs}): {len(f.tensors)} tensors, {n / 1e9:.3f} GB, {len(lay.runs)} copy runs")
 
     def gbps(s):
         return f"{s * 1e3:8.2f} ms  {n / s / 1e9:6.1f} GB/s"
@@ -76,7 +81,10 @@ def main(name):
     s = med(lambda: (dmem.copy_from_host_async(host.ptr, 256 << 20),
                      cupy.cuda.Device(0).synchronize()))
     print(f"{(256 << 20) / s / 1e9:6.1f} GB/s")
+    del srcs, m
+    shutil.rmtree(d)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b")
+    main(sys.argv[1] if len(sys.argv) > 1 else "qwen2.5-0.5b",
+         sys.argv[2] if len(sys.argv) > 2 else "/dev/shm")

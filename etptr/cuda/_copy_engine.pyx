@@ -647,6 +647,11 @@ cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev,
     cdef uintptr_t dst = dev_side if h2d else host
     cdef uintptr_t src = host if h2d else dev_side
     c_check_device_range(dev_side, nbytes, "dst" if h2d else "src")
+    if h2d and nbytes <= _TINY and api.driver:
+        # tiny: copied into a tiny slot now, whatever the source (so a stream-ordered copy
+        # has read it on return, and no pool block needs to be found and protected)
+        _tiny_h2d(dst, src, nbytes, dev, s, sync)
+        return 0
     slab = c_default_pool().c_find(host)
     if slab is None and not sync:
         slab = c_pool_block_containing(host)
@@ -655,8 +660,6 @@ cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev,
         rc = _one_dma(dst, src, nbytes, h2d, s, sync)
         if rc == 0 and not sync and slab is not None:
             c_record(slab, s, dev)
-    elif h2d and nbytes <= _TINY and api.driver:
-        _tiny_h2d(dst, src, nbytes, dev, s, sync)
     elif nbytes <= cfg.small_bytes:
         # small and pageable: one cudaMemcpyAsync; the driver stages it. Into pageable
         # memory, or for the default synchronous form, wait for it.

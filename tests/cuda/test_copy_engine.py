@@ -554,3 +554,17 @@ def test_interrupt_in_a_pointer_query_is_not_taken_for_an_answer(fake, cp, alloc
         setattr(rt, query, real)
     d = etptr.clone_tensor_ptr_to(t, "cuda", stream=stream)        # and copies still work
     np.testing.assert_array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), t.numpy())
+
+
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "pageable"])
+def test_tiny_stream_ordered_upload_has_read_its_source_on_return(cp, pinned):
+    # a tiny upload is staged in the engine's tiny slots at the call, page-locked source
+    # or not: overwriting the source right after the call does not change what arrives
+    src = etptr.full([8], 3.0, pinned=True) if pinned else etptr.full([8], 3.0)
+    dev = etptr.zeros([8], device="cuda:0")
+    s = cp.cuda.Stream()
+    for _ in range(100):                  # past the ring of tiny slots
+        etptr.h2d_copy(src, dev, stream=s)
+    src.numpy()[:] = -1.0
+    cp.cuda.runtime.streamSynchronize(s.ptr)
+    assert etptr.clone_tensor_ptr_to_cpu(dev).numpy().tolist() == [3.0] * 8
