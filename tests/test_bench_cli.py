@@ -438,7 +438,7 @@ def test_layout_writes_and_measures_a_model_shaped_checkpoint(monkeypatch, tmp_p
     plot = tmp_path / "bars.png"
     status, doc, text = _run(["--layout", "tiny-qwen", "--plot", str(plot)], tmp_path, capsys)
     assert status == 0 and doc["tensors"] == tiny.tensors and doc["bytes"] == tiny.nbytes
-    assert "writing a tiny-qwen-shaped checkpoint" in text
+    assert "writing a checkpoint shaped like tiny-qwen" in text
     assert plot.stat().st_size > 0
     assert not any(Path(f).exists() for f in doc["files"])      # the temporary file is gone
 

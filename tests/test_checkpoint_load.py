@@ -383,3 +383,27 @@ def test_progress_true_without_tqdm(tmp_path, monkeypatch):
 def test_bad_progress(tmp_path, progress):
     with pytest.raises(CheckpointError, match="progress="):
         etptr.load_safetensors(_progress_file(tmp_path), "cpu", progress=progress)
+
+
+def test_a_path_that_becomes_a_fifo_is_refused_not_waited_on(tmp_path):
+    # the second file turns into a FIFO after the headers were read: opening it must
+    # not block (a FIFO with no writer would wait forever)
+    from _helpers import run_isolated
+    first, _ = _reference_file(tmp_path, "F32", name="a.safetensors")
+    second, _ = _reference_file(tmp_path, "I8", seed=1, name="b.safetensors")
+    out = run_isolated(f"""
+        import os, etptr
+        from etptr.checkpoint import CheckpointError
+        second = {str(second)!r}
+        def progress(done, total):
+            if done and not os.path.exists(second + ".done"):
+                open(second + ".done", "w").close()
+                os.unlink(second)
+                os.mkfifo(second)
+        try:
+            etptr.load_safetensors([{str(first)!r}, second], "cpu", progress=progress)
+        except CheckpointError as exc:
+            print("refused:", exc)
+    """, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "not a regular file" in out.stdout

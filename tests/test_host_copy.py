@@ -153,3 +153,23 @@ def test_copy_lists_refuse_null_addresses():
         _host_copy.parallel_copy_list([(a.ctypes.data, a.ctypes.data, 4), (0, a.ctypes.data, 4)], 2)
     with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[0\]\.nbytes"):
         _host_copy.parallel_copy_list([(a.ctypes.data, a.ctypes.data, -1)], 2)
+
+
+def test_copy_lists_read_their_sequence_once():
+    # a sequence whose __len__ lies cannot size the segment table: the list is taken
+    # first (here its length hint is refused as too large)
+    buf = np.zeros(16, np.uint8)
+
+    class Lying:
+        def __len__(self):
+            return (1 << 61) + 1
+
+        def __getitem__(self, i):
+            if i > 3:
+                raise IndexError
+            return (buf.ctypes.data, buf.ctypes.data, 1)
+
+    for call in (lambda: _host_copy.parallel_copy_list(Lying(), 2),
+                 lambda: _host_copy.parallel_read(0, Lying(), 2)):
+        with pytest.raises((MemoryError, OverflowError)):
+            call()

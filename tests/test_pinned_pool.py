@@ -186,3 +186,18 @@ def test_the_block_outlives_its_pool():
     gc.collect()
     del b
     assert mem.live == 0
+
+
+def test_default_cap_follows_a_lower_cgroup_limit(tmp_path, monkeypatch):
+    from etptr.cuda import _pinned_pool
+    phys = _pinned_pool._memory_bytes()
+    limit = tmp_path / "memory.max"
+    limit.write_text("8589934592\n")                     # 8 GiB
+    monkeypatch.setattr(_pinned_pool, "_CGROUP_LIMITS", (str(limit),))
+    if phys == 0 or phys > 8 << 30:
+        assert _pinned_pool._memory_bytes() == 8 << 30
+    assert _pinned_pool._default_cap() == max(2 << 30, _pinned_pool._memory_bytes() // 4)
+    limit.write_text("max\n")                            # no limit: physical memory
+    assert _pinned_pool._memory_bytes() == phys or phys == 0
+    monkeypatch.setattr(_pinned_pool, "_CGROUP_LIMITS", (str(tmp_path / "absent"),))
+    assert _pinned_pool._default_cap() >= 2 << 30

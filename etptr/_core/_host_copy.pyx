@@ -476,7 +476,8 @@ def parallel_copy(dst, src, nbytes, threads, stream=False):
 def parallel_copy_list(segments, threads, stream=False):
     """Copy every ``(dst, src, nbytes)`` of ``segments`` (host addresses) with up to
     ``threads`` threads, as one job. For tests and measurements."""
-    cdef long long n = len(segments), i
+    cdef list items = list(segments)          # read once: its length is what is copied
+    cdef long long n = len(items), i
     cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
     cdef bint nt = stream
     cdef Segment* segs = <Segment*>malloc((n if n > 0 else 1) * sizeof(Segment))
@@ -484,7 +485,7 @@ def parallel_copy_list(segments, threads, stream=False):
         raise MemoryError()
     try:
         for i in range(n):
-            d, s, m = segments[i]
+            d, s, m = items[i]
             segs[i].dst = <char*><uintptr_t>c_count_arg(d, f"segments[{i}].dst")
             segs[i].src = <const char*><uintptr_t>c_count_arg(s, f"segments[{i}].src")
             segs[i].n = c_count_arg(m, f"segments[{i}].nbytes")
@@ -509,7 +510,8 @@ def parallel_read(fd, segments, threads):
     EOFError
         The file ended before a segment did.
     """
-    cdef long long n = len(segments), i
+    cdef list items = list(segments)
+    cdef long long n = len(items), i
     cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
     cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
     cdef int rc
@@ -518,7 +520,7 @@ def parallel_read(fd, segments, threads):
         raise MemoryError()
     try:
         for i in range(n):
-            d, off, m = segments[i]
+            d, off, m = items[i]
             segs[i].dst = <char*><uintptr_t>c_count_arg(d, f"segments[{i}].dst")
             segs[i].src = <const char*><uintptr_t>c_count_arg(off, f"segments[{i}].file_offset")
             segs[i].n = c_count_arg(m, f"segments[{i}].nbytes")

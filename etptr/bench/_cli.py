@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress bar (drawn on stderr only when it is a terminal)")
     p.add_argument("--layout", metavar="NAME", choices=sorted(_layouts.LAYOUTS),
                    help="instead of a checkpoint file, write one with the tensor shapes of a "
-                        "named public model (bf16, random contents) to a temporary directory "
+                        "named public model (its dtype, random contents) to a temporary directory "
                         "and measure it: " + "; ".join(
                             f"{k} ({v.description})" for k, v in sorted(_layouts.LAYOUTS.items())))
     p.add_argument("--plot", metavar="PATH",
@@ -274,7 +274,7 @@ def _run_checkpoint(args, env, out) -> tuple:
         spec = _layouts.LAYOUTS[args.layout]
         with tempfile.TemporaryDirectory(prefix="etptr-layout-",
                                          dir=_files.scratch_dir(3 * spec.nbytes)) as tmp:
-            out(f"writing a {args.layout}-shaped checkpoint ({spec.description}) to {tmp}")
+            out(f"writing a checkpoint shaped like {args.layout} ({spec.description}) to {tmp}")
             path = _layouts.write_layout(args.layout, tmp)
             return _measure_checkpoint(args, env, out, [path])
     paths = list(args.checkpoints)

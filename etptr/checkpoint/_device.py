@@ -35,7 +35,7 @@ from etptr._core._scalar_type import ScalarType
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import FilePlan
-from etptr.checkpoint._host import map_file, open_checked
+from etptr.checkpoint._host import check_unchanged, map_file, open_checked
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, CopyRun, layout_file
 from etptr.checkpoint._plan import CheckpointPlan
 from etptr.checkpoint._progress import Progress
@@ -84,6 +84,7 @@ def _upload_file(f: FilePlan, buf: DeviceMemoryBuffer,
                     raise CheckpointError(f"{f.path}: reading the data failed, the file "
                                           f"changed while loading? ({exc})") from None
                 progress(sum(r.nbytes for r in group))
+            check_unchanged(f, fd)
         finally:
             os.close(fd)
         return

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import FilePlan, TensorEntry, file_identity
 
-__all__ = ["host_view", "map_file", "open_checked"]
+__all__ = ["check_unchanged", "host_view", "map_file", "open_checked"]
 
 # What zero-size tensors alias: a valid, read-only, empty buffer.
 _EMPTY = np.empty(0, dtype=np.uint8)
@@ -36,11 +37,15 @@ def open_checked(plan: FilePlan) -> int:
         The file cannot be opened, or it changed since its header was read.
     """
     try:
-        fd = os.open(plan.path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a path that became a FIFO meanwhile must not block the open
+        fd = os.open(plan.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         raise CheckpointError(f"{plan.path}: cannot be opened ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(f"{plan.path}: is not a regular file now (it was when its "
+                                  f"header was read): the file changed")
         if st.st_size != plan.file_size:
             raise CheckpointError(f"{plan.path}: is {st.st_size} bytes now, {plan.file_size} "
                                   f"when its header was read: the file changed")
@@ -53,6 +58,22 @@ def open_checked(plan: FilePlan) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def check_unchanged(plan: FilePlan, fd: int) -> None:
+    """After reading: the open file still has the size and identity (modification time
+    included) its header was checked against, so the bytes read are that file's.
+
+    Raises
+    ------
+    CheckpointError
+        It was written to or truncated while it was read.
+    """
+    st = os.fstat(fd)
+    if st.st_size != plan.file_size or (plan.identity is not None
+                                        and file_identity(st) != plan.identity):
+        raise CheckpointError(f"{plan.path}: was written to while it was read: the file "
+                              f"changed while loading")
 
 
 def map_file(plan: FilePlan) -> memoryview | None:

@@ -132,11 +132,15 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
 
     Notes
     -----
-    The data is read through a map of each file, as ``numpy.memmap`` and the
-    ``safetensors`` library read it: a file that another process truncates
-    while it is mapped (during a load, or while ``"cpu"`` views of it live)
-    ends the process with SIGBUS. A file replaced by another between reading
-    the header and mapping it is refused (CheckpointError).
+    Onto CUDA (the registered ``CudaAllocator``) the copy threads read each file
+    with ``pread`` straight into pinned slots: a file truncated or written to
+    while it is read gives a CheckpointError and nothing stays allocated. For
+    ``"cpu"``, ``pinned=True`` and other allocators the data is read through a
+    map of each file, as ``numpy.memmap`` and the ``safetensors`` library read
+    it: a file that another process truncates while it is mapped (during such
+    a load, or while ``"cpu"`` views of it live) ends the process with SIGBUS.
+    A file replaced by another between reading the header and opening it is
+    refused (CheckpointError).
 
     Examples
     --------

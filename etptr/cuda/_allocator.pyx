@@ -362,9 +362,11 @@ cdef class CudaAllocator(DeviceAllocator):
         Raises
         ------
         InvalidArgumentError
-            A negative or non-integer value, pieces out of order or overlapping,
-            a bad index, or a range that runs past ``dst``'s device allocation;
-            nothing has moved.
+            A negative value, a piece that is not a 3-tuple, pieces out of order
+            or overlapping, a null ``dst`` with pieces, a bad index, or a range
+            that runs past ``dst``'s device allocation; nothing has moved.
+        InvalidTypeError
+            A value that is not an integer.
         OSError
             A read failed; ``EOFError``: the file ended before a piece did (it
             was truncated). The device range may then hold part of the data.
@@ -374,7 +376,7 @@ cdef class CudaAllocator(DeviceAllocator):
         cdef CopyConfig cfg
         cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
         cdef int dev
-        cdef uintptr_t base = _address(dst, "dst") if dst else 0
+        cdef uintptr_t base = <uintptr_t>c_count_arg(dst, "dst")
         cdef list items = list(pieces)
         cdef Py_ssize_t count = len(items), i, k = 0
         cdef int64_t* offs = <int64_t*>malloc((count + 1) * sizeof(int64_t))
@@ -385,11 +387,11 @@ cdef class CudaAllocator(DeviceAllocator):
             if offs == NULL or starts == NULL or lens == NULL:
                 raise MemoryError()
             for i in range(count):
-                try:
-                    a, b, c = items[i]
-                except (TypeError, ValueError):
-                    raise_error(Error.InvalidArgument, f"pieces[{i}]={items[i]!r}: expected "
+                item = items[i]
+                if not isinstance(item, (tuple, list)) or len(item) != 3:
+                    raise_error(Error.InvalidArgument, f"pieces[{i}]={item!r:.80}: expected "
                                 f"(file_offset, dst_offset, nbytes)")
+                a, b, c = item
                 o = c_count_arg(a, f"pieces[{i}].file_offset")
                 at = c_count_arg(b, f"pieces[{i}].dst_offset")
                 n = c_count_arg(c, f"pieces[{i}].nbytes")

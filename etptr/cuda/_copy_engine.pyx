@@ -35,7 +35,7 @@ from etptr._core._host_copy cimport (
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cuda_failed,
     c_current_stream, c_enter_device, c_event_create, c_event_destroy, c_exit_device, c_forked,
-    c_host_alloc, c_is_page_locked, c_keep_forever, c_runtime, c_stream_create,
+    c_host_alloc, c_host_free, c_is_page_locked, c_keep_forever, c_runtime, c_stream_create,
     c_stream_destroy, c_stream_handle)
 from etptr.cuda._pinned_pool cimport (
     PinnedHostPool, Slab, c_default_pool, c_ensure_event, c_pool_block_containing, c_record,
@@ -616,8 +616,17 @@ cdef int _tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr
     cdef int j
     cdef int rc
     cdef char* slot
+    cdef char* extra
     if eng.tiny == NULL:
-        eng.tiny = <char*>c_host_alloc(_TINY * _TINY_SLOTS)
+        # pinned outside the lock (the allocation may run Python); a thread that lost
+        # the race gives its block back
+        extra = <char*>c_host_alloc(_TINY * _TINY_SLOTS)
+        with eng.lock:
+            if eng.tiny == NULL:
+                eng.tiny = extra
+                extra = NULL
+        if extra != NULL:
+            c_host_free(<uintptr_t>extra)
     with eng.lock:
         j = eng.tiny_next
         eng.tiny_next = (j + 1) % _TINY_SLOTS
@@ -647,19 +656,18 @@ cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev,
     cdef uintptr_t dst = dev_side if h2d else host
     cdef uintptr_t src = host if h2d else dev_side
     c_check_device_range(dev_side, nbytes, "dst" if h2d else "src")
-    if h2d and nbytes <= _TINY and api.driver:
-        # tiny: copied into a tiny slot now, whatever the source (so a stream-ordered copy
-        # has read it on return, and no pool block needs to be found and protected)
-        _tiny_h2d(dst, src, nbytes, dev, s, sync)
-        return 0
     slab = c_default_pool().c_find(host)
     if slab is None and not sync:
         slab = c_pool_block_containing(host)
     if slab is not None or (nbytes > cfg.small_bytes and c_is_page_locked(host)):
-        # page-locked: one DMA; a pool block remembers the copy until it completes
+        # page-locked: one DMA, read in stream order (a stream-ordered upload of a pool
+        # block that an earlier copy on the stream fills must see what that copy wrote,
+        # at any size); a pool block remembers the copy until it completes
         rc = _one_dma(dst, src, nbytes, h2d, s, sync)
         if rc == 0 and not sync and slab is not None:
             c_record(slab, s, dev)
+    elif h2d and nbytes <= _TINY and api.driver:
+        _tiny_h2d(dst, src, nbytes, dev, s, sync)
     elif nbytes <= cfg.small_bytes:
         # small and pageable: one cudaMemcpyAsync; the driver stages it. Into pageable
         # memory, or for the default synchronous form, wait for it.

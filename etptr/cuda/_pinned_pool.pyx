@@ -38,13 +38,32 @@ cdef int64_t _MAX_PIN = (<int64_t>1) << 62   # larger requests are refused (size
 
 
 
-def _default_cap():
-    """A quarter of the machine's physical memory, at least 2 GiB."""
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max",                      # cgroup v2
+                  "/sys/fs/cgroup/memory/memory.limit_in_bytes")     # cgroup v1
+
+
+def _memory_bytes():
+    """The memory this process may use: physical memory, or its cgroup's limit when lower
+    (0 when neither can be read)."""
     try:
         ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, OSError, ValueError):
         ram = 0
-    return max(2 << 30, ram // 4)
+    for path in _CGROUP_LIMITS:
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and 0 < int(text) and (ram == 0 or int(text) < ram):
+            ram = int(text)
+        break
+    return ram
+
+
+def _default_cap():
+    """A quarter of the memory this process may use, at least 2 GiB."""
+    return max(2 << 30, _memory_bytes() // 4)
 
 
 # The default cap on cached page-locked bytes. A batched download's results share one
@@ -369,7 +388,8 @@ cdef class PinnedHostPool:
     max_cached_bytes : int, bytes
         Cap on the bytes kept cached (blocks in use do not count). Default
         ``DEFAULT_MAX_CACHED_BYTES``: a quarter of the machine's physical
-        memory, at least 2 GiB (the process-wide pool's cap too).
+        memory (or of the process's cgroup memory limit, when lower), at least
+        2 GiB; the process-wide pool's cap too.
     allocator : object, optional
         Where the memory comes from: ``malloc(nbytes, device) -> int`` (an
         address; raise ``MemoryError`` when out of memory) and

@@ -120,6 +120,36 @@ def test_a_file_truncated_while_read(tmp_path, hook, device_used, pool):
     assert pool.stats()["in_use_bytes"] == 0
 
 
+def test_a_file_written_in_place_while_read(tmp_path, hook, device_used):
+    # the same size, new bytes, after the first slot went up: the reads mix two files,
+    # so the load is refused
+    path, _ = _file(tmp_path, ["F64"], seed=8)
+    size = path.stat().st_size
+    before = device_used()
+
+    def rewrite(direction, i):
+        if i == 0:
+            with open(path, "r+b") as f:
+                f.seek(size - 16)
+                f.write(b"\x01" * 16)
+
+    _copy_engine._set_chunk_hook(rewrite)
+    with copy_config(**dict(SMALL, slot_bytes=4096)):
+        with pytest.raises(CheckpointError, match="changed while loading"):
+            etptr.load_safetensors(path, "cuda:0", progress=False)
+    _copy_engine._set_chunk_hook(None)
+    assert device_used() == before
+
+
+@pytest.mark.parametrize("dst", [None, 1.5, "0"])
+def test_copy_file_to_device_refuses_a_dst_that_is_not_an_address(tmp_path, alloc, dst):
+    path = tmp_path / "raw.bin"
+    path.write_bytes(bytes(64))
+    with open(path, "rb") as f:
+        with pytest.raises(etptr.InvalidTypeError, match="dst"):
+            alloc.copy_file_to_device(dst, f.fileno(), [(0, 0, 8)], 0)
+
+
 def test_a_file_replaced_before_the_read(tmp_path, monkeypatch):
     path, _ = _file(tmp_path, ["F32"], seed=9)
     plan = etptr.checkpoint.read_plan(path)

@@ -556,11 +556,10 @@ def test_interrupt_in_a_pointer_query_is_not_taken_for_an_answer(fake, cp, alloc
     np.testing.assert_array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), t.numpy())
 
 
-@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "pageable"])
-def test_tiny_stream_ordered_upload_has_read_its_source_on_return(cp, pinned):
-    # a tiny upload is staged in the engine's tiny slots at the call, page-locked source
-    # or not: overwriting the source right after the call does not change what arrives
-    src = etptr.full([8], 3.0, pinned=True) if pinned else etptr.full([8], 3.0)
+def test_tiny_stream_ordered_upload_of_a_pageable_source_has_read_it_on_return(cp):
+    # a small pageable upload is staged at the call: overwriting the source right after
+    # the call does not change what arrives
+    src = etptr.full([8], 3.0)
     dev = etptr.zeros([8], device="cuda:0")
     s = cp.cuda.Stream()
     for _ in range(100):                  # past the ring of tiny slots
@@ -568,3 +567,22 @@ def test_tiny_stream_ordered_upload_has_read_its_source_on_return(cp, pinned):
     src.numpy()[:] = -1.0
     cp.cuda.runtime.streamSynchronize(s.ptr)
     assert etptr.clone_tensor_ptr_to_cpu(dev).numpy().tolist() == [3.0] * 8
+
+
+@pytest.mark.parametrize("n", [8, 1024, 1025, 1 << 16], ids=["32B", "4KiB", "4100B", "256KiB"])
+def test_stream_ordered_upload_of_a_pinned_block_sees_the_download_before_it(real_cupy, n):
+    # download into a page-locked block, then upload from it, both queued on one busy
+    # stream: the upload reads the block in stream order, at every size
+    cp = real_cupy
+    spin = cp.RawKernel(r'''extern "C" __global__ void spin(long long n) {
+        long long t = clock64(); while (clock64() - t < n) {} }''', "spin")
+    s = cp.cuda.Stream(non_blocking=True)
+    a = etptr.full([n], 5.0, device="cuda:0")
+    pin = etptr.zeros([n], pinned=True)
+    b = etptr.zeros([n], device="cuda:0")
+    with s:
+        spin((1,), (1,), (np.int64(50_000_000),))        # keeps the stream busy a while
+    etptr.d2h_copy(a, pin, stream=s)
+    etptr.h2d_copy(pin, b, stream=s)
+    s.synchronize()
+    assert (etptr.clone_tensor_ptr_to_cpu(b).numpy() == 5.0).all()

@@ -656,19 +656,24 @@ def test_keyboard_interrupt_from_signal_during_staged_copy(direction, cp, pool, 
     engine = "_pipe_h2d" if direction == "h2d" else "_pipe_d2h"
     inside = 0
     rng = random.Random(5)
-    # Where a timed signal lands depends on the machine's load: keep trying (at least 4
-    # attempts, at most 40) until one has landed inside the pipeline itself.
+
+    def copy():
+        if direction == "h2d":
+            return etptr.clone_tensor_ptr_to(t, "cuda")
+        return etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
+
+    # Where a timed signal lands depends on the machine's speed and load: the delays are
+    # drawn within the time one copy takes here (measured first), and attempts go on (at
+    # least 4, at most 40) until one has landed inside the pipeline itself.
+    with copy_config(**settings):
+        t0 = time.perf_counter()
+        copy()
+        took = time.perf_counter() - t0
     for attempt in range(40):
         if attempt >= 4 and inside:
             break
         with copy_config(**settings):
-            if direction == "h2d":
-                where = _interrupt_by_signal(lambda: etptr.clone_tensor_ptr_to(t, "cuda"),
-                                            rng.uniform(0.001, 0.02))
-            else:
-                where = _interrupt_by_signal(
-                    lambda: etptr.clone_tensor_ptr_to(d, "cpu", pinned=False),
-                    rng.uniform(0.001, 0.02))
+            where = _interrupt_by_signal(copy, max(0.0005, rng.uniform(0.1, 0.9) * took))
         assert where is not None, "no KeyboardInterrupt arrived"
         inside += any(engine in name for name in where)
         assert _usage(cp, pool, ndev) == base, f"attempt {attempt}, interrupted in {where}"
