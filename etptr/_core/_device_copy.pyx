@@ -190,8 +190,10 @@ cdef _Pieces _pieces(int64_t count):
     return p
 
 
-cdef str _arg(str name, Py_ssize_t i, bint batch):
-    return f"{name}[{i}]" if batch else name
+cdef str _arg(bint out, Py_ssize_t i, bint batch):
+    """The name of a pair's source (``out`` False) or out: ``src``, or ``srcs[i]`` in a batch."""
+    name = "out" if out else "src"
+    return f"{name}s[{i}]" if batch else name
 
 
 cdef list _tensor_list(object seq, str name):
@@ -230,47 +232,42 @@ cdef bint _same_dim_order(TensorPtr a, TensorPtr b) noexcept:
 
 cdef int _check_pair(TensorPtr src, TensorPtr out, Py_ssize_t i, bint batch, bint h2d) except -1:
     """ExecuTorch's _h2d_copy / _d2h_copy checks, and etptr's stricter layout ones. Per
-    pair of a batch this is a few comparisons: the message is made only on a failure."""
-    if (src.c_device.c_type == 0) != h2d or (out.c_device.c_type == 0) == h2d or \
-            not _same_sizes(src, out) or src.c_type != out.c_type or \
-            not _same_dim_order(src, out) or \
-            (src.c_numel and (src.c_data == NULL or out.c_data == NULL)) or out.c_readonly or \
-            src.c_storage.c_released or out.c_storage.c_released:
-        _pair_error(src, out, i, batch, h2d)
-    return 0
-
-
-cdef int _pair_error(TensorPtr src, TensorPtr out, Py_ssize_t i, bint batch, bint h2d) except -1:
-    """The error for a pair that failed :func:`_check_pair`, naming the argument and field."""
-    cdef str s = _arg("srcs" if batch else "src", i, batch)
-    cdef str o = _arg("outs" if batch else "out", i, batch)
+    pair of a batch this is a few comparisons: an argument's name (``_arg``) is made
+    only for the error that names it."""
     if h2d and src.c_device.c_type != 0:
-        raise_error(Error.InvalidArgument, f"{s}.device={src.c_device}: h2d_copy copies from the CPU")
+        raise_error(Error.InvalidArgument, f"{_arg(False, i, batch)}.device={src.c_device}: "
+                                           f"h2d_copy copies from the CPU")
     if h2d and out.c_device.c_type == 0:
-        raise_error(Error.InvalidArgument, f"{o}.device=cpu: h2d_copy copies to a device tensor")
+        raise_error(Error.InvalidArgument, f"{_arg(True, i, batch)}.device=cpu: h2d_copy "
+                                           f"copies to a device tensor")
     if not h2d and src.c_device.c_type == 0:
-        raise_error(Error.InvalidArgument, f"{s}.device=cpu: d2h_copy copies from a device tensor")
+        raise_error(Error.InvalidArgument, f"{_arg(False, i, batch)}.device=cpu: d2h_copy "
+                                           f"copies from a device tensor")
     if not h2d and out.c_device.c_type != 0:
-        raise_error(Error.InvalidArgument, f"{o}.device={out.c_device}: d2h_copy copies to the CPU")
+        raise_error(Error.InvalidArgument, f"{_arg(True, i, batch)}.device={out.c_device}: "
+                                           f"d2h_copy copies to the CPU")
     if not _same_sizes(src, out):
         raise_error(Error.InvalidArgument,
-                    f"{o}.sizes={c_tuple64(out.c_sizes, out.c_dim)} differ from "
-                    f"{s}.sizes={c_tuple64(src.c_sizes, src.c_dim)}")
+                    f"{_arg(True, i, batch)}.sizes={c_tuple64(out.c_sizes, out.c_dim)} differ "
+                    f"from {_arg(False, i, batch)}.sizes={c_tuple64(src.c_sizes, src.c_dim)}")
     if src.c_type != out.c_type:
         raise_error(Error.InvalidArgument,
-                    f"{o}.scalar_type={out.scalar_type.name} differs from "
-                    f"{s}.scalar_type={src.scalar_type.name}")
+                    f"{_arg(True, i, batch)}.scalar_type={out.scalar_type.name} differs from "
+                    f"{_arg(False, i, batch)}.scalar_type={src.scalar_type.name}")
     if not _same_dim_order(src, out):
         raise_error(Error.InvalidArgument,
-                    f"{o}.dim_order={c_tuple8(out.c_dim_order, out.c_dim)} differs from "
-                    f"{s}.dim_order={c_tuple8(src.c_dim_order, src.c_dim)}")
+                    f"{_arg(True, i, batch)}.dim_order={c_tuple8(out.c_dim_order, out.c_dim)} "
+                    f"differs from {_arg(False, i, batch)}.dim_order="
+                    f"{c_tuple8(src.c_dim_order, src.c_dim)}")
     if src.c_numel and (src.c_data == NULL or out.c_data == NULL):
-        raise_error(Error.InvalidArgument,
-                    f"{s if src.c_data == NULL else o} has null data (made with data=None)")
+        raise_error(Error.InvalidArgument, f"{_arg(src.c_data != NULL, i, batch)} has null "
+                                           f"data (made with data=None)")
     if out.c_readonly:
-        raise_error(Error.InvalidArgument, f"{o} is read-only")
-    c_check_alive(src.c_storage, s)
-    c_check_alive(out.c_storage, o)
+        raise_error(Error.InvalidArgument, f"{_arg(True, i, batch)} is read-only")
+    if src.c_storage.c_released:
+        c_check_alive(src.c_storage, _arg(False, i, batch))
+    if out.c_storage.c_released:
+        c_check_alive(out.c_storage, _arg(True, i, batch))
     return 0
 
 
