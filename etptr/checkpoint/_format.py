@@ -280,10 +280,6 @@ def _decode(path: Path, raw: bytes) -> dict[str, Any]:
     return header
 
 
-def _is_int(x: object) -> bool:
-    return type(x) is int        # JSON integers only: bool and float are refused
-
-
 def _check_shape(path: Path, name: str, shape: object) -> tuple[int, ...]:
     if not isinstance(shape, list):
         _fail(path, f"shape {shape!r} is not a list of ints", name)
@@ -292,59 +288,38 @@ def _check_shape(path: Path, name: str, shape: object) -> tuple[int, ...]:
               name)
     nonzero = 1
     for d in shape:
-        if not _is_int(d) or d < 0:
+        if type(d) is not int or d < 0:       # JSON integers only: bool and float are refused
             _fail(path, f"shape {shape!r} is not a list of non-negative ints", name)
         if d and nonzero > _INT64_MAX // d:
             _fail(path, f"shape {shape!r}: the element count overflows int64", name)
-        nonzero *= max(d, 1)
+        nonzero *= d or 1
     return tuple(shape)
 
 
 # bytes per element of each safetensors dtype etptr reads
 _ELEMENT_BYTES = {code: element_size(st) for code, st in SAFETENSORS_DTYPES.items()}
+_ENTRY_KEY_SET = frozenset(_ENTRY_KEYS)
 
 
 def _check_entry(path: Path, name: str, entry: object, data_size: int) -> TensorEntry:
     """The entry as a TensorEntry, or the CheckpointError that names what is wrong.
 
-    An entry that is well formed is accepted in a few comparisons; any other goes
-    through :func:`_check_entry_in_full`, which accepts no more and finds the message."""
-    if type(entry) is dict and len(entry) == 3:
-        dtype = entry.get("dtype")
-        shape = entry.get("shape")
-        offsets = entry.get("data_offsets")
-        esize = _ELEMENT_BYTES.get(dtype) if type(dtype) is str else None
-        if esize is not None and type(shape) is list and len(shape) <= _MAX_DIMS and \
-                type(offsets) is list and len(offsets) == 2:
-            begin, end = offsets
-            if type(begin) is int and type(end) is int and 0 <= begin <= end <= data_size:
-                numel = nonzero = 1
-                for d in shape:
-                    if type(d) is not int or d < 0:
-                        break
-                    numel *= d
-                    nonzero *= d or 1
-                else:
-                    if nonzero <= _INT64_MAX and numel * esize == end - begin:
-                        return TensorEntry(name, SAFETENSORS_DTYPES[dtype], tuple(shape),
-                                           begin, end)
-    return _check_entry_in_full(path, name, entry, data_size)
-
-
-def _check_entry_in_full(path: Path, name: str, entry: object, data_size: int) -> TensorEntry:
+    A well-formed entry costs a few comparisons; the messages are made only on a
+    failure."""
     if not isinstance(entry, dict):
         _fail(path, f"its header entry is a JSON {type(entry).__name__}, not an object", name)
-    missing = [k for k in _ENTRY_KEYS if k not in entry]
-    if missing:
-        _fail(path, f"its header entry lacks {', '.join(map(repr, missing))}", name)
-    extra = sorted(k for k in entry if k not in _ENTRY_KEYS)
-    if extra:
-        _fail(path, f"its header entry has unexpected key(s) {', '.join(map(repr, extra))}", name)
+    if entry.keys() != _ENTRY_KEY_SET:
+        missing = [k for k in _ENTRY_KEYS if k not in entry]
+        if missing:
+            _fail(path, f"its header entry lacks {', '.join(map(repr, missing))}", name)
+        extra = sorted(k for k in entry if k not in _ENTRY_KEYS)
+        _fail(path, f"its header entry has unexpected key(s) {', '.join(map(repr, extra))}",
+              name)
     dtype = entry["dtype"]
     if not isinstance(dtype, str):
         _fail(path, f"dtype {dtype!r} is not a string", name)
-    scalar_type = SAFETENSORS_DTYPES.get(dtype)
-    if scalar_type is None:
+    esize = _ELEMENT_BYTES.get(dtype)
+    if esize is None:
         if dtype in _RANK:
             _fail(path, f"dtype {dtype!r} has no etptr ScalarType (supported: "
                         f"{', '.join(SAFETENSORS_DTYPES)})", name)
@@ -353,13 +328,12 @@ def _check_entry_in_full(path: Path, name: str, entry: object, data_size: int) -
     numel = 1
     for d in shape:
         numel *= d
-    esize = element_size(scalar_type)
     if numel > _INT64_MAX // esize:
         _fail(path, f"shape {list(shape)} of {dtype}: the byte count overflows int64", name)
     nbytes = numel * esize
     offsets = entry["data_offsets"]
-    if (not isinstance(offsets, list) or len(offsets) != 2
-            or not all(_is_int(x) for x in offsets)):
+    if not isinstance(offsets, list) or len(offsets) != 2 or type(offsets[0]) is not int \
+            or type(offsets[1]) is not int:           # JSON integers only, as in shapes
         _fail(path, f"data_offsets {offsets!r} is not a list of two ints", name)
     begin, end = offsets
     if begin < 0 or end < begin:
@@ -370,7 +344,7 @@ def _check_entry_in_full(path: Path, name: str, entry: object, data_size: int) -
     if end - begin != nbytes:
         _fail(path, f"shape {list(shape)} of {dtype} needs {nbytes} bytes but data_offsets "
                     f"{offsets!r} hold {end - begin}", name)
-    return TensorEntry(name, scalar_type, shape, begin, end)
+    return TensorEntry(name, SAFETENSORS_DTYPES[dtype], shape, begin, end)
 
 
 def _check_metadata(path: Path, metadata: object) -> dict[str, str]:
