@@ -473,13 +473,14 @@ def parallel_copy(dst, src, nbytes, threads, stream=False):
         c_par_copy(<char*>d, <const char*>s, n, t, nt)
 
 
-def parallel_copy_list(segments, threads, stream=False):
-    """Copy every ``(dst, src, nbytes)`` of ``segments`` (host addresses) with up to
-    ``threads`` threads, as one job. For tests and measurements."""
+cdef int _run_segments(object segments, int fd, object threads, bint stream) except? -2:
+    """Copy (``fd`` -1) or read (from ``fd``) every ``(dst, src or file offset, nbytes)``
+    of ``segments`` as one job; the job's result (see :func:`c_par_copy_list`)."""
     cdef list items = list(segments)          # read once: its length is what is copied
     cdef long long n = len(items), i
     cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
-    cdef bint nt = stream
+    cdef int rc
+    cdef str what = "src" if fd < 0 else "file_offset"
     cdef Segment* segs = <Segment*>malloc((n if n > 0 else 1) * sizeof(Segment))
     if segs == NULL:
         raise MemoryError()
@@ -487,15 +488,22 @@ def parallel_copy_list(segments, threads, stream=False):
         for i in range(n):
             d, s, m = items[i]
             segs[i].dst = <char*><uintptr_t>c_count_arg(d, f"segments[{i}].dst")
-            segs[i].src = <const char*><uintptr_t>c_count_arg(s, f"segments[{i}].src")
+            segs[i].src = <const char*><uintptr_t>c_count_arg(s, f"segments[{i}].{what}")
             segs[i].n = c_count_arg(m, f"segments[{i}].nbytes")
-            segs[i].fd = -1
-            if segs[i].n and (segs[i].dst == NULL or segs[i].src == NULL):
+            segs[i].fd = fd
+            if segs[i].n and (segs[i].dst == NULL or (fd < 0 and segs[i].src == NULL)):
                 raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
         with nogil:
-            c_par_copy_list(segs, n, t, nt)
+            rc = c_par_copy_list(segs, n, t, stream)
     finally:
         free(segs)
+    return rc
+
+
+def parallel_copy_list(segments, threads, stream=False):
+    """Copy every ``(dst, src, nbytes)`` of ``segments`` (host addresses) with up to
+    ``threads`` threads, as one job. For tests and measurements."""
+    _run_segments(segments, -1, threads, stream)
 
 
 def parallel_read(fd, segments, threads):
@@ -510,27 +518,7 @@ def parallel_read(fd, segments, threads):
     EOFError
         The file ended before a segment did.
     """
-    cdef list items = list(segments)
-    cdef long long n = len(items), i
-    cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
-    cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
-    cdef int rc
-    cdef Segment* segs = <Segment*>malloc((n if n > 0 else 1) * sizeof(Segment))
-    if segs == NULL:
-        raise MemoryError()
-    try:
-        for i in range(n):
-            d, off, m = items[i]
-            segs[i].dst = <char*><uintptr_t>c_count_arg(d, f"segments[{i}].dst")
-            segs[i].src = <const char*><uintptr_t>c_count_arg(off, f"segments[{i}].file_offset")
-            segs[i].n = c_count_arg(m, f"segments[{i}].nbytes")
-            segs[i].fd = f
-            if segs[i].n and segs[i].dst == NULL:
-                raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
-        with nogil:
-            rc = c_par_copy_list(segs, n, t, False)
-    finally:
-        free(segs)
+    cdef int rc = _run_segments(segments, <int>c_int_arg(fd, "fd", 0, 1 << 30), threads, False)
     if rc == -1:
         raise EOFError("the file ended before the bytes to read did")
     if rc != 0:
