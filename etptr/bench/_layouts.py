@@ -64,6 +64,12 @@ class ModelLayout:
         return sum(self.element_size * int(np.prod(s, dtype=np.int64)) for _, s in self.shapes)
 
 
+def _check_sizes(**sizes: int) -> None:
+    for arg, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise CheckpointError(f"{arg}={value!r} is not a positive int")
+
+
 def qwen2_layout(name: str, *, hidden: int, layers: int, intermediate: int, heads: int,
                  kv_heads: int, head_dim: int, vocab: int, tied: bool = True,
                  title: str | None = None) -> ModelLayout:
@@ -90,11 +96,8 @@ def qwen2_layout(name: str, *, hidden: int, layers: int, intermediate: int, head
     CheckpointError
         A size that is not a positive int.
     """
-    sizes = {"hidden": hidden, "layers": layers, "intermediate": intermediate, "heads": heads,
-             "kv_heads": kv_heads, "head_dim": head_dim, "vocab": vocab}
-    for arg, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise CheckpointError(f"{arg}={value!r} is not a positive int")
+    _check_sizes(hidden=hidden, layers=layers, intermediate=intermediate, heads=heads,
+                 kv_heads=kv_heads, head_dim=head_dim, vocab=vocab)
     q, kv = heads * head_dim, kv_heads * head_dim
     shapes: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, hidden))]
     for i in range(layers):
@@ -130,11 +133,8 @@ def bert_layout(name: str, *, hidden: int, layers: int, intermediate: int, vocab
     CheckpointError
         A size that is not a positive int.
     """
-    sizes = {"hidden": hidden, "layers": layers, "intermediate": intermediate, "vocab": vocab,
-             "positions": positions, "type_vocab": type_vocab}
-    for arg, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise CheckpointError(f"{arg}={value!r} is not a positive int")
+    _check_sizes(hidden=hidden, layers=layers, intermediate=intermediate, vocab=vocab,
+                 positions=positions, type_vocab=type_vocab)
     e = "embeddings."
     shapes: list[tuple[str, tuple[int, ...]]] = [
         (e + "position_ids", (1, positions)),
