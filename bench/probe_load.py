@@ -8,10 +8,8 @@ that file system's page cache is read).
 """
 import os
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 
 import cupy
 
@@ -23,15 +21,12 @@ from etptr.checkpoint._host import map_file
 from etptr.checkpoint._layout import layout_file
 from etptr.checkpoint._plan import read_plan
 
+from _timing import median_seconds
 
-def med(f, reps=7):
-    times = []
-    for _ in range(reps + 1):
-        cupy.cuda.Device(0).synchronize()
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+
+def med(f):
+    """Seconds of ``f`` (a call that is complete on return), median of 7 after 1."""
+    return median_seconds(f, 7, warmup=1)
 
 
 def main(name, where):

@@ -2,13 +2,12 @@
 the uploads that are neither tiny nor huge: a batched clone of 4096 tensors of 16 KiB
 (64 MiB), of all-MiniLM-L6-v2's 104 fp32 tensors (91 MB), and load_safetensors of
 both layouts' files (pread into the slots) and of Qwen2.5-0.5B's (0.99 GB).
-GB/s, median of 9 after 2 warm-up passes; files in /dev/shm.
+GB/s, median of 9 after 2 warm-up passes; files in /dev/shm. (4-byte copies into
+existing tensors are timed by ``etptr-bench --many``.)
 
     python bench/probe_slots.py
 """
-import statistics
 import tempfile
-import time
 
 import cupy
 import numpy as np
@@ -17,18 +16,14 @@ import etptr
 from etptr.bench._layouts import LAYOUTS, write_layout
 from etptr.cuda import copy_config
 
+from _timing import median_seconds
+
 MiB = 1 << 20
 
 
-def rate(fn, nbytes, reps=9, warmup=2):
-    times = []
-    for i in range(warmup + reps):
-        cupy.cuda.Device(0).synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
-    return nbytes / statistics.median(times) / 1e9
+def rate(fn, nbytes):
+    """GB/s of ``fn`` (a call that is complete on return), median of 9 after 2."""
+    return nbytes / median_seconds(fn, 9, warmup=2) / 1e9
 
 
 def main():
@@ -66,30 +61,6 @@ def main():
     line = rate(lambda: (m.copy_from_host_async(b.ptr, 256 * MiB),
                          cupy.cuda.Device(0).synchronize()), 256 * MiB)
     print(f"line (pinned 256 MiB): {line:.1f} GB/s")
-    # 4 bytes into existing tensors: us per call, 5000 calls then one sync
-    tiny = np.array([1.5], np.float32)
-    src = etptr.make_tensor_ptr(tiny)
-    dev = etptr.clone_tensor_ptr_to(src, "cuda:0")
-    pin = etptr.empty([1], pinned=True)
-    cdev = cupy.asarray(tiny)
-    cpin = np.frombuffer(cupy.cuda.alloc_pinned_memory(4), np.float32, 1)
-    cur = cupy.cuda.get_current_stream()
-    own = cupy.cuda.Stream(non_blocking=True)
-    for label, fn in [("h2d_copy", lambda: etptr.h2d_copy(src, dev)),
-                      ("h2d_copy(stream=current)", lambda: etptr.h2d_copy(src, dev, stream=cur)),
-                      ("h2d_copy(stream=own)", lambda: etptr.h2d_copy(src, dev, stream=own)),
-                      ("ndarray.set()", lambda: cdev.set(tiny)),
-                      ("d2h_copy", lambda: etptr.d2h_copy(dev, pin)),
-                      ("ndarray.get(out=pinned)", lambda: cdev.get(out=cpin))]:
-        best = []
-        for _ in range(5):
-            cupy.cuda.Device(0).synchronize()
-            t0 = time.perf_counter()
-            for _ in range(5000):
-                fn()
-            cupy.cuda.Device(0).synchronize()
-            best.append((time.perf_counter() - t0) / 5000 * 1e6)
-        print(f"4 bytes {label:26s} {statistics.median(best):6.2f} us")
 
 
 if __name__ == "__main__":
