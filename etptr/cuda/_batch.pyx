@@ -34,8 +34,7 @@ from etptr.cuda._copy_engine cimport (
     CopyConfig, HostList, c_copy_stream, c_staged, c_transfer)
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cupy, c_enter_device,
-    c_event_create, c_exit_device, c_is_page_locked, c_module_function, c_range_start,
-    c_runtime)
+    c_event_create, c_exit_device, c_is_page_locked, c_module_function, c_range_start)
 
 from etptr._core._error import Error, NotSupportedError
 from etptr.cuda._driver import _on_backend_change, _on_fork_child
@@ -140,8 +139,9 @@ cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) no
 
 
 cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, int64_t count,
-                 int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg) except -1:
-    """Pieces whose device sides lie in one range: one pipelined copy of the range."""
+                 int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg, int fd) except -1:
+    """Pieces whose device sides lie in one range: one pipelined copy of the range. With
+    ``fd >= 0`` (uploads) the host sides are byte offsets in that open file."""
     cdef HostList L
     cdef int64_t i
     cdef uintptr_t base = dev[0]
@@ -152,6 +152,10 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
     try:
         for i in range(count):
             starts[i] = <int64_t>(dev[i] - base)
+        if fd >= 0:
+            # a file's pieces come with a raw device address (copy_file_to_device); the
+            # other batches' addresses come from tensors whose views were bounds-checked
+            c_check_device_range(base, span, "dst")
         if not h2d and c_is_page_locked(host[0]) and _same_layout(dev, host, count) and \
                 c_range_start(host[0]) != 0 and \
                 c_range_start(host[0]) == c_range_start(host[count - 1]):
@@ -162,7 +166,7 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
         L.lens = n
         L.starts = starts
         L.n = count
-        L.fd = -1
+        L.fd = fd
         c_staged(base, 0, &L, span, d, s, h2d, sync or not h2d, cfg)
     finally:
         free(starts)
@@ -231,13 +235,13 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
                     hosts[0] = <uintptr_t>table
                     lens[0] = k * PIECE_BYTES
                     devs[0] = sc.ptr
-                    _ranged(devs, hosts, lens, k + 1, d, s, True, False, cfg)
+                    _ranged(devs, hosts, lens, k + 1, d, s, True, False, cfg, -1)
                     _launch(sc, sc.ptr, k, <void*>s)
                 else:
                     # the table up, the gather, then the payload down in one copy
                     c_transfer(sc.ptr, <uintptr_t>table, k * PIECE_BYTES, d, s, False, cfg, True)
                     _launch(sc, sc.ptr, k, <void*>s)
-                    _ranged(devs + 1, hosts + 1, lens + 1, k, d, s, False, False, cfg)
+                    _ranged(devs + 1, hosts + 1, lens + 1, k, d, s, False, False, cfg, -1)
             finally:
                 free(table)
                 free(hosts)
@@ -251,8 +255,9 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
 
 
 cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                int d, object stream, CopyConfig* cfg, bint h2d) except -1:
-    """Both directions: ``d`` is current."""
+                int d, object stream, CopyConfig* cfg, bint h2d, int fd) except -1:
+    """Both directions: ``d`` is current. ``fd >= 0``: a file's pieces (see _ranged), moved
+    as one range whatever their gaps."""
     cdef bint sync = stream is None
     cdef intptr_t s = c_copy_stream(d, stream)
     cdef const uintptr_t* dev_side = dst if h2d else src
@@ -262,8 +267,8 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
     cdef uintptr_t* ss
     cdef int64_t* sn
     cdef int rc
-    if _one_range(dev_side, n, count):
-        return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg)
+    if fd >= 0 or _one_range(dev_side, n, count):
+        return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, fd)
     sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     ss = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     sn = <int64_t*>malloc(count * sizeof(int64_t))
@@ -293,9 +298,9 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
 
 cdef int _batch_entry(const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
                       int64_t count, int dev, object stream, CopyConfig* cfg,
-                      bint h2d) except -1:
-    """What :func:`c_h2d_batch` and :func:`c_d2h_batch` share: check the backend, make
-    ``dev`` current for the batch and restore the device."""
+                      bint h2d, int fd) except -1:
+    """What :func:`c_h2d_batch`, :func:`c_d2h_batch` and :func:`c_h2d_file` share: check
+    the backend, make ``dev`` current for the batch and restore the device."""
     cdef DeviceGuard guard
     c_check_usable("batched host->device copy" if h2d else "batched device->host copy")
     if count <= 0:
@@ -303,7 +308,7 @@ cdef int _batch_entry(const uintptr_t* dst, const uintptr_t* src, const int64_t*
     c_cupy()
     c_enter_device(dev, &guard)
     try:
-        _batch(dst, src, n, count, dev, stream, cfg, h2d)
+        _batch(dst, src, n, count, dev, stream, cfg, h2d, fd)
     finally:
         c_exit_device(&guard)
     return 0
@@ -314,14 +319,14 @@ cdef int c_h2d_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* 
     """Copy ``count`` pieces host -> device on ``dev`` (a checked index): piece i is
     ``n[i]`` bytes from host ``src[i]`` to device ``dst[i]``. ``stream`` as for
     :func:`etptr.cuda._copy_engine.c_h2d` (None: complete on return)."""
-    return _batch_entry(dst, src, n, count, dev, stream, cfg, True)
+    return _batch_entry(dst, src, n, count, dev, stream, cfg, True, -1)
 
 
 cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
                      int dev, object stream, CopyConfig* cfg) except -1:
     """Copy ``count`` pieces device -> host: piece i is ``n[i]`` bytes from device
     ``src[i]`` to host ``dst[i]``. ``stream`` as for the single copy."""
-    return _batch_entry(dst, src, n, count, dev, stream, cfg, False)
+    return _batch_entry(dst, src, n, count, dev, stream, cfg, False, -1)
 
 
 cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const int64_t* starts,
@@ -342,34 +347,14 @@ cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const in
         A read failed; EOFError: the file ended before a piece did. The device
         range may hold part of the data.
     """
-    cdef HostList L
-    cdef DeviceGuard guard
     cdef int64_t i
-    cdef int64_t span
-    cdef int64_t* rel
-    c_check_usable("host->device copy of a file")
-    if count <= 0:
-        return 0
-    span = starts[count - 1] + n[count - 1] - starts[0]
-    c_runtime()
-    c_enter_device(dev, &guard)
+    cdef uintptr_t* devs = <uintptr_t*>malloc((count if count > 0 else 1) * sizeof(uintptr_t))
+    if devs == NULL:
+        raise MemoryError()
     try:
-        c_check_device_range(dst + <uintptr_t>starts[0], span, "dst")
-        rel = <int64_t*>malloc(count * sizeof(int64_t))
-        if rel == NULL:
-            raise MemoryError()
-        try:
-            for i in range(count):
-                rel[i] = starts[i] - starts[0]
-            L.host = <char**>file_offsets
-            L.lens = n
-            L.starts = rel
-            L.n = count
-            L.fd = fd
-            c_staged(dst + <uintptr_t>starts[0], 0, &L, span, dev, c_copy_stream(dev, stream),
-                     True, stream is None, cfg)
-        finally:
-            free(rel)
+        for i in range(count):
+            devs[i] = dst + <uintptr_t>starts[i]
+        _batch_entry(devs, <const uintptr_t*>file_offsets, n, count, dev, stream, cfg, True, fd)
     finally:
-        c_exit_device(&guard)
+        free(devs)
     return 0
