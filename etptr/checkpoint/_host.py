@@ -26,10 +26,23 @@ _EMPTY = np.empty(0, dtype=np.uint8)
 _EMPTY.flags.writeable = False
 
 
+def _difference(plan: FilePlan, st: os.stat_result) -> str | None:
+    """How the file ``st`` describes differs from the one whose header was read, or None."""
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file now (it was when its header was read)"
+    if st.st_size != plan.file_size:
+        return f"is {st.st_size} bytes now, {plan.file_size} when its header was read"
+    if plan.identity is not None and file_identity(st) != plan.identity:
+        # e.g. a save renamed a new file of the same size over the path: its data
+        # would be read with the old file's header
+        return "is another file (or was rewritten) since its header was read"
+    return None
+
+
 def open_checked(plan: FilePlan) -> int:
     """A read-only file descriptor of the file, after checking that it is still the
-    file whose header was read (same size, device, inode and modification time).
-    The caller closes it.
+    file whose header was read (a regular file of the same size, device, inode and
+    modification time). The caller closes it.
 
     Raises
     ------
@@ -42,18 +55,9 @@ def open_checked(plan: FilePlan) -> int:
     except OSError as exc:
         raise CheckpointError(f"{plan.path}: cannot be opened ({exc.strerror or exc})") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError(f"{plan.path}: is not a regular file now (it was when its "
-                                  f"header was read): the file changed")
-        if st.st_size != plan.file_size:
-            raise CheckpointError(f"{plan.path}: is {st.st_size} bytes now, {plan.file_size} "
-                                  f"when its header was read: the file changed")
-        if plan.identity is not None and file_identity(st) != plan.identity:
-            # e.g. a save renamed a new file of the same size over the path: its data
-            # would be read with the old file's header
-            raise CheckpointError(f"{plan.path}: is another file (or was rewritten) since its "
-                                  f"header was read: the file changed")
+        why = _difference(plan, os.fstat(fd))
+        if why is not None:
+            raise CheckpointError(f"{plan.path}: {why}: the file changed")
     except BaseException:
         os.close(fd)
         raise
@@ -61,19 +65,18 @@ def open_checked(plan: FilePlan) -> int:
 
 
 def check_unchanged(plan: FilePlan, fd: int) -> None:
-    """After reading: the open file still has the size and identity (modification time
-    included) its header was checked against, so the bytes read are that file's.
+    """After reading: the open file is still the one :func:`open_checked` accepted
+    (size and identity, modification time included), so the bytes read are that file's.
 
     Raises
     ------
     CheckpointError
         It was written to or truncated while it was read.
     """
-    st = os.fstat(fd)
-    if st.st_size != plan.file_size or (plan.identity is not None
-                                        and file_identity(st) != plan.identity):
-        raise CheckpointError(f"{plan.path}: was written to while it was read: the file "
-                              f"changed while loading")
+    why = _difference(plan, os.fstat(fd))
+    if why is not None:
+        raise CheckpointError(f"{plan.path}: was written to while it was read ({why}): the "
+                              f"file changed while loading")
 
 
 def map_file(plan: FilePlan) -> memoryview | None:
