@@ -563,3 +563,127 @@ def test_entry_check_on_edge_entries(entry, refused):
     else:
         with pytest.raises(CheckpointError, match=re.escape(refused)):
             _format._check_entry(path, "t", entry, 110)
+
+
+# ------------------------------------------------------------------ the one-pass fast path
+
+def _fast_and_full(raw, data_size):
+    """(fast path's result, full reader's result or the CheckpointError it raised)."""
+    from etptr.checkpoint import _format
+    from etptr.checkpoint._header_scan import scan_header
+    fast = scan_header(raw, data_size, _format._DTYPE_INFO)
+    try:
+        full = _format._check_header(Path("x.safetensors"), raw, data_size)
+    except CheckpointError as exc:
+        full = exc
+    return fast, full
+
+
+_T = '"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}'
+# (header JSON, data section bytes, whether the fast path reads it); the full reader
+# decides every header the fast path leaves
+_FAST_CASES = [
+    ("{" + _T + "}", 8, True),
+    ('{"__metadata__":{"format":"pt","k":""},' + _T + "}", 8, True),
+    ('{"__metadata__":{},' + _T + "}", 8, True),
+    ("{}", 0, True),
+    ('{"__metadata__":{"a":"b"}}', 0, True),
+    (' \t\n{ "t" : { "shape" : [ 2 ] ,\r"data_offsets":[ 0 , 8 ],"dtype":"F32" } }  \n ', 8, True),
+    ('{"é😀":{"dtype":"U8","shape":[],"data_offsets":[0,1]}}', 1, True),
+    ('{"z":{"dtype":"F32","shape":[0,5],"data_offsets":[8,8]},' + _T + "}", 8, True),
+    ('{"t":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}}', 8,
+     True),
+    # what the fast path leaves to the full reader, which accepts it
+    ('{"t\\u00e9":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[-0,2],"data_offsets":[0,0]}}', 0, False),
+    ('{"__metadata__":{"k":"a\\"b"},' + _T + "}", 8, False),
+    # broken rules: the full reader refuses, naming them
+    ('{"t":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[02],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"U8","shape":[0],"data_offsets":[0000000000000000000,0]}}', 0, False),
+    ('{"t":{"dtype":"F32","shape":[2e0],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"dtype":"F32"}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"shape":[2],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}}', 8, False),
+    ("{" + _T + "," + _T + "}", 8, False),
+    ('{"__metadata__":{},"__metadata__":{},' + _T + "}", 8, False),
+    ('{"__metadata__":{"k":"v","k":"w"},' + _T + "}", 8, False),
+    ('{"__metadata__":{"k":1},' + _T + "}", 8, False),
+    ('{"__metadata__":[],' + _T + "}", 8, False),
+    ('{"t":{"dtype":"F4","shape":[2],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"f32","shape":[2],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":true,"shape":[2],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,2],"data_offsets":[0,8]}}', 8,
+     False),
+    ('{"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}', 12, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 12, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 4, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+     '"u":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}}', 12, False),
+    ('{"t":{"dtype":"F32","shape":[4611686018427387904,2],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2305843009213693952],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}x', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2,],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2] "data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}', 8, False),
+    ('["t"]', 0, False),
+    ("", 0, False),
+    ('\ufeff{}', 0, False),
+    ('{"t\x01":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}', 8, False),
+    ('{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}\x00', 8, False),
+]
+
+
+@pytest.mark.parametrize("text, data_size, fast", _FAST_CASES, ids=lambda c: str(c)[:50])
+def test_fast_path_reads_what_writers_make_and_leaves_the_rest(text, data_size, fast):
+    got, full = _fast_and_full(text.encode("utf-8"), data_size)
+    if fast:
+        assert got is not None and not isinstance(full, CheckpointError)
+    else:
+        assert got is None
+    if got is not None:
+        assert got == full            # the same tensors, in the same order, and metadata
+
+
+@pytest.mark.parametrize("raw", [b'{"\xff":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}',
+                                 b'{"a\xc3":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}',
+                                 b'{"\xed\xa0\x80":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}',
+                                 b'{"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}\xa0'])
+def test_fast_path_leaves_bytes_that_are_not_utf8(raw):
+    got, full = _fast_and_full(raw, 1)
+    assert got is None and isinstance(full, CheckpointError)
+
+
+def test_fast_path_reads_reference_files_of_every_dtype(tmp_path):
+    from etptr.checkpoint import _format
+    rng = np.random.default_rng(1)
+    arrays = {f"model.layers.{i}.{code.lower()}": random_array(code, (i + 1, 3), rng)
+              for i, code in enumerate(DTYPES)}
+    blob = reference_serialize(arrays, metadata={"format": "pt"})
+    n = int.from_bytes(blob[:8], "little")
+    got, full = _fast_and_full(blob[8:8 + n], len(blob) - 8 - n)
+    assert got is not None and got == full
+    assert len(got[0]) == len(DTYPES) and got[1] == {"format": "pt"}
+    path = tmp_path / "a.safetensors"
+    path.write_bytes(blob)
+    assert parse_header(path).tensors == got[0]
+
+
+def test_tensor_entry_is_immutable_and_compares_by_value():
+    from etptr.checkpoint import TensorEntry
+    a = TensorEntry("w", ScalarType.Float, (2, 3), 0, 24)
+    b = TensorEntry("w", ScalarType.Float, (2, 3), 0, 24)
+    assert a == b and hash(a) == hash(b) and a.nbytes == 24
+    assert a != TensorEntry("w", ScalarType.Float, (2, 3), 24, 48) and a != ("w",)
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert "name='w'" in repr(a) and "shape=(2, 3)" in repr(a)
+    with pytest.raises(AttributeError):
+        a.begin = 5
+    with pytest.raises(TypeError):
+        TensorEntry("w", ScalarType.Float, [2, 3], 0, 24)

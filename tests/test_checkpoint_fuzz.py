@@ -7,7 +7,8 @@ and in ways that may by chance leave a valid file (flipped bytes, shuffled
 offsets, arbitrary header text). The first kind must raise CheckpointError;
 for the second, a file etptr accepts must be one the safetensors library
 reads too, with the same tensors. Nothing else may be raised, and no file
-descriptor may stay open.
+descriptor may stay open. Every header the one-pass scan reads, it must read as the
+full reader does.
 """
 import json
 import os
@@ -17,7 +18,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import etptr
-from etptr.checkpoint import CheckpointError
+from etptr.checkpoint import MAX_HEADER_BYTES, CheckpointError, _format
+from etptr.checkpoint._header_scan import scan_header
 
 from _checkpoint_helpers import DTYPES, open_fds, random_array, raw_bytes, reference_serialize
 
@@ -218,6 +220,7 @@ def test_corrupted_headers_are_refused(tmp_path):
 
 def _fuzz(path, writer):
     ran = []
+    fast = []
 
     @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
@@ -233,6 +236,8 @@ def _fuzz(path, writer):
             content = blob[:len(blob) - 1]   # truncate it instead
             kind = "truncate"
         ran.append(kind)
+        _fast_path_agrees(path, content)
+        fast.append(_fast_path_agrees(path, blob))
         os.pwrite(writer, content, 0)
         os.ftruncate(writer, len(content))
         before = open_fds()
@@ -254,6 +259,23 @@ def _fuzz(path, writer):
     run()
     assert len(ran) >= EXAMPLES
     assert set(ran) == set(CERTAIN + CHANCE)
+    assert sum(fast) >= EXAMPLES // 2, sum(fast)     # it reads most uncorrupted headers
+
+
+def _fast_path_agrees(path, content):
+    """The one-pass scan of this file's header returns None or exactly what the full
+    reader returns (never a header the full reader refuses). True: it read the header."""
+    if len(content) < 8:
+        return False
+    n = int.from_bytes(content[:8], "little")
+    if n > MAX_HEADER_BYTES or 8 + n > len(content):
+        return False
+    raw, data_size = content[8:8 + n], len(content) - 8 - n
+    got = scan_header(raw, data_size, _format._DTYPE_INFO)
+    if got is None:
+        return False
+    assert got == _format._check_header(path, raw, data_size), content[:200]
+    return True
 
 
 def test_random_headers_never_escape(tmp_path):

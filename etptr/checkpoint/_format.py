@@ -13,7 +13,10 @@ and byte counts that fit int64, no duplicate keys):
   overlap, no gap, nothing past its end, nothing left over;
 * each range holds exactly ``prod(shape) * element size`` bytes.
 
-Nothing here allocates memory for tensor data or maps the file.
+Headers as writers make them are read by the one-pass scan of
+:mod:`~etptr.checkpoint._header_scan`; the rest (and every broken rule, with its
+message) by the JSON decoder and the checks here. Nothing here allocates
+memory for tensor data or maps the file.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from typing import Any, NoReturn
 
 from etptr._core._scalar_type import ScalarType, element_size
 from etptr.checkpoint._errors import CheckpointError
+from etptr.checkpoint._header_scan import TensorEntry, scan_header
 
 __all__ = [
     "DTYPE_NAMES",
@@ -99,32 +103,6 @@ def dtype_rank(dtype: str) -> int:
         ``dtype`` is not a safetensors dtype name.
     """
     return _RANK[dtype]
-
-
-@dataclass(frozen=True)
-class TensorEntry:
-    """One tensor of a safetensors header.
-
-    Attributes
-    ----------
-    name : str
-    scalar_type : ScalarType
-    shape : tuple of int, length ndim (at most 16), in elements
-    begin, end : int
-        Byte offsets of the tensor's data relative to the start of the data
-        section; ``end - begin == nbytes``.
-    """
-
-    name: str
-    scalar_type: ScalarType
-    shape: tuple[int, ...]
-    begin: int
-    end: int
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of tensor data (``end - begin``)."""
-        return self.end - self.begin
 
 
 @dataclass(frozen=True, eq=False)
@@ -298,6 +276,8 @@ def _check_shape(path: Path, name: str, shape: object) -> tuple[int, ...]:
 
 # bytes per element of each safetensors dtype etptr reads
 _ELEMENT_BYTES = {code: element_size(st) for code, st in SAFETENSORS_DTYPES.items()}
+# what the fast path needs of each: (ScalarType, element size)
+_DTYPE_INFO = {code: (st, _ELEMENT_BYTES[code]) for code, st in SAFETENSORS_DTYPES.items()}
 _ENTRY_KEY_SET = frozenset(_ENTRY_KEYS)
 
 
@@ -408,11 +388,23 @@ def parse_header(path: str | os.PathLike[str]) -> FilePlan:
     raw, size, identity = _read_header_bytes(p)
     data_offset = 8 + len(raw)
     data_size = size - data_offset
-    header = _decode(p, raw)
+    checked = scan_header(raw, data_size, _DTYPE_INFO)
+    if checked is None:
+        checked = _check_header(p, raw, data_size)
+    return FilePlan(p, size, data_offset, data_size, checked[0], checked[1], identity)
+
+
+def _check_header(path: Path, raw: bytes,
+                  data_size: int) -> tuple[tuple[TensorEntry, ...], dict[str, str] | None]:
+    """The full reader: ``(tensors in file order, metadata)`` of the header JSON ``raw``,
+    or the CheckpointError naming the first broken rule. :func:`parse_header` calls it
+    for the headers that :func:`~etptr.checkpoint._header_scan.scan_header` does not
+    read; for every other header the two return the same."""
+    header = _decode(path, raw)
     metadata = None
     if "__metadata__" in header:
-        metadata = _check_metadata(p, header.pop("__metadata__"))
-    tensors = [_check_entry(p, name, entry, data_size) for name, entry in header.items()]
+        metadata = _check_metadata(path, header.pop("__metadata__"))
+    tensors = [_check_entry(path, name, entry, data_size) for name, entry in header.items()]
     tensors.sort(key=lambda t: (t.begin, t.end, t.name))
-    _check_tiling(p, tensors, data_size)
-    return FilePlan(p, size, data_offset, data_size, tuple(tensors), metadata, identity)
+    _check_tiling(path, tensors, data_size)
+    return tuple(tensors), metadata
