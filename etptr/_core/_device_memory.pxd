@@ -14,6 +14,8 @@ cdef class DeviceMemoryBuffer:
     cdef Device c_device
     cdef DeviceAllocator c_allocator
 
+    cdef TensorPtr _view(self, int64_t off, Metadata meta, int t, int dyn)
+
 
 cdef DeviceMemoryBuffer c_buffer_create(int64_t nbytes, Device device, int64_t alignment,
                                         object stream)

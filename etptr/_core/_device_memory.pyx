@@ -134,11 +134,27 @@ cdef class DeviceMemoryBuffer:
         InvalidStateError
             The buffer is closed.
         """
+        return self._view(c_count_arg(offset, "offset"), c_metadata(sizes, dim_order, strides),
+                          c_type_arg(type, 6), c_dynamism_arg(dynamism))
+
+    def _views(self, offsets, shapes, types):
+        """``[tensor(o, s, t) for o, s, t in zip(offsets, shapes, types)]``, row-major and
+        DYNAMIC_BOUND, in one call: each distinct ``type`` object is read once (a
+        checkpoint's hundreds of views, made while the last DMA of its upload runs).
+        Raises as :meth:`tensor`; the views made before are dropped."""
+        cdef list out = []
+        cdef dict codes = {}
+        for off, sizes, t in zip(offsets, shapes, types):
+            code = codes.get(t)
+            if code is None:
+                code = codes[t] = c_type_arg(t, 6)
+            out.append(self._view(c_count_arg(off, "offset"), c_metadata(sizes, None, None),
+                                  code, 1))
+        return out
+
+    cdef TensorPtr _view(self, int64_t off, Metadata meta, int t, int dyn):
+        """The view at byte ``off`` of ``meta`` and type ``t``, checked against the buffer."""
         cdef Storage s = self.c_storage
-        cdef int t = c_type_arg(type, 6)
-        cdef int dyn = c_dynamism_arg(dynamism)
-        cdef int64_t off = c_count_arg(offset, "offset")
-        cdef Metadata meta = c_metadata(sizes, dim_order, strides)
         cdef int64_t need = c_nbytes(meta.numel, t)
         cdef int64_t esize = c_element_size(t)
         if s is None:

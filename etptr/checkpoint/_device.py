@@ -147,8 +147,9 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
         with DeviceMemoryBuffer.create(layout.nbytes, device, alignment=DEVICE_ALIGNMENT) as buf:
             if layout.runs:
                 _upload_file(f, buf, _steps(layout.runs, limit), advance)
-            for t, offset in zip(f.tensors, layout.offsets):
-                out[t.name] = buf.tensor(offset, list(t.shape), t.scalar_type)
+            views = buf._views(layout.offsets, [t.shape for t in f.tensors],
+                               [t.scalar_type for t in f.tensors])
+            out.update(zip([t.name for t in f.tensors], views))
     if progress is not None and done == 0:
         progress(0, total)
     return out

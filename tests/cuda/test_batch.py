@@ -207,3 +207,25 @@ def test_device_memory_buffer_views(alloc):
     del v
     gc.collect()
     assert alloc.live_blocks == before
+
+
+def test_device_memory_buffer_views_in_one_call(alloc):
+    buf = etptr.DeviceMemoryBuffer.create(4096, "cuda")
+    offsets, shapes, types = [0, 256, 512, 1024], [(4, 8), (), (3,), (0, 5)], \
+        [ST.Float, ST.Half, ST.Long, ST.Float]
+    views = buf._views(offsets, shapes, types)
+    for v, o, s, t in zip(views, offsets, shapes, types):
+        one = buf.tensor(o, list(s), t)
+        assert (v.data_ptr, v.sizes, v.strides, v.dim_order, v.scalar_type, v.shape_dynamism,
+                v.device) == (one.data_ptr, one.sizes, one.strides, one.dim_order,
+                              one.scalar_type, one.shape_dynamism, one.device)
+    with pytest.raises(etptr.InvalidArgumentError, match="offset=2"):
+        buf._views([0, 2], [(1,), (1,)], [ST.Float, ST.Float])
+    with pytest.raises(etptr.InvalidArgumentError, match="run past"):
+        buf._views([4000], [(100,)], [ST.Float])
+    with pytest.raises(etptr.InvalidArgumentError, match="offset"):
+        buf._views([-256], [(1,)], [ST.Float])
+    buf.close()
+    with pytest.raises(etptr.InvalidStateError, match="closed"):
+        buf._views([0], [(1,)], [ST.Float])
+    assert buf._views([], [], []) == []
