@@ -22,6 +22,8 @@
 #   pool_cap    bench/probe_pool_cap.py: batched downloads larger than the pool's cache
 #   slots       bench/probe_slots.py: slot size, slot count and threads on mid-size
 #               batches and file loads; 4-byte copies into existing tensors
+#   pieces      bench/probe_pieces.py: how finely each slot's fill is cut among the threads
+#   probe_load_minilm  bench/probe_load.py all-minilm-l6-v2: the small checkpoint's load
 set -u
 out=${1:?usage: bash bench/gpu_checks.sh OUTDIR [STEP ...]}
 shift
@@ -62,6 +64,8 @@ for step in $steps; do
         probe_load) run probe_load 200 $py bench/probe_load.py ;;
         pool_cap) run pool_cap 200 $py bench/probe_pool_cap.py ;;
         slots) run slots 300 $py bench/probe_slots.py ;;
+        pieces) run pieces 300 $py bench/probe_pieces.py ;;
+        probe_load_minilm) run probe_load_minilm 200 $py bench/probe_load.py all-minilm-l6-v2 ;;
         checkpoint) run checkpoint 200 $py -m etptr.bench --no-progress ;;
         *) echo "unknown step $step" | tee -a "$out/summary.txt" ;;
     esac

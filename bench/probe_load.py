@@ -1,6 +1,6 @@
 """Probe: where the time of ``load_safetensors(path, "cuda:0")`` goes, step by step,
 beside batched copies of the same bytes from a map already faulted in and from a
-fresh one. Writes a Qwen2.5-0.5B-shaped checkpoint to DIR first (its pages stay in
+fresh one. Writes a checkpoint of a named layout's shapes (Qwen2.5-0.5B's by default) to DIR first (its pages stay in
 the page cache: /dev/shm is tmpfs; a directory on a disk's file system shows how
 that file system's page cache is read).
 
@@ -17,7 +17,7 @@ import etptr
 from etptr._core._device import as_device
 from etptr.bench._layouts import write_layout
 from etptr.checkpoint._device import DEVICE_ALIGNMENT, DeviceMemoryBuffer
-from etptr.checkpoint._host import map_file
+from etptr.checkpoint._host import map_file, open_checked
 from etptr.checkpoint._layout import layout_file
 from etptr.checkpoint._plan import read_plan
 
@@ -52,8 +52,19 @@ def main(name, where):
     print("  DeviceMemoryBuffer    ", gbps(med(lambda: DeviceMemoryBuffer.create(
         lay.nbytes, dev, alignment=DEVICE_ALIGNMENT).close())))
     outs = [buf.tensor(r.buffer_offset, [r.nbytes], etptr.ScalarType.Byte) for r in lay.runs]
-    print("  views                 ", gbps(med(lambda: [buf.tensor(o, list(t.shape), t.scalar_type)
-                                                        for t, o in zip(f.tensors, lay.offsets)])))
+    print("  views                 ", gbps(med(lambda: buf._views(
+        lay.offsets, [t.shape for t in f.tensors], [t.scalar_type for t in f.tensors]))))
+    alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
+    pieces = [(r.file_offset, r.buffer_offset, r.nbytes) for r in lay.runs]
+
+    def upload():
+        fd = open_checked(f)
+        try:
+            alloc.copy_file_to_device(buf.data_ptr, fd, pieces, 0)
+        finally:
+            os.close(fd)
+
+    print("  upload (pread)        ", gbps(med(upload)))
 
     def copy_fresh():
         m = map_file(f)

@@ -21,13 +21,14 @@ def _bytes(n, seed):
 @pytest.mark.parametrize("threads", [1, 3, 8, 64])
 @pytest.mark.parametrize("stream", [False, True], ids=["memcpy", "streaming"])
 @pytest.mark.parametrize("shift", [0, 3])
-def test_parallel_copy_is_exact(nbytes, threads, stream, shift):
-    # ``shift``: source and destination off any 16-byte boundary
+@pytest.mark.parametrize("pieces", [1, 8, 64])
+def test_parallel_copy_is_exact(nbytes, threads, stream, shift, pieces):
+    # ``shift``: source and destination off any 16-byte boundary; ``pieces`` per thread
     a = _bytes(nbytes + 8, nbytes + threads)
     out = np.zeros(nbytes + 16, np.uint8)
     out[-1] = 0xA5
     dst = out.ctypes.data + shift
-    _host_copy.parallel_copy(dst, a.ctypes.data + shift, nbytes, threads, stream)
+    _host_copy.parallel_copy(dst, a.ctypes.data + shift, nbytes, threads, stream, pieces)
     assert np.array_equal(out[shift:shift + nbytes], a[shift:shift + nbytes])
     assert not out[:shift].any() and not out[shift + nbytes:-1].any()   # nothing else written
     assert out[-1] == 0xA5
@@ -90,7 +91,8 @@ def test_worker_count_is_bounded():
 
 @pytest.mark.parametrize("threads", [1, 4, 16])
 @pytest.mark.parametrize("stream", [False, True], ids=["memcpy", "streaming"])
-def test_copy_lists_gather_and_scatter_exactly(threads, stream):
+@pytest.mark.parametrize("pieces", [1, 8])
+def test_copy_lists_gather_and_scatter_exactly(threads, stream, pieces):
     # many segments of mixed sizes, as the engine packs small tensors into one slot
     rng = np.random.default_rng(threads)
     sizes = [int(n) for n in rng.integers(0, 300_000, 200)] + [0, 1, 3 * MiB]
@@ -98,18 +100,19 @@ def test_copy_lists_gather_and_scatter_exactly(threads, stream):
     packed = np.zeros(sum(sizes) + 64, np.uint8)
     offs = np.concatenate([[0], np.cumsum(sizes)])[:-1]
     gather = [(packed.ctypes.data + int(o), s.ctypes.data, n) for o, s, n in zip(offs, srcs, sizes)]
-    _host_copy.parallel_copy_list(gather, threads, stream)
+    _host_copy.parallel_copy_list(gather, threads, stream, pieces)
     assert np.array_equal(packed[:sum(sizes)], np.concatenate(srcs))
     assert not packed[sum(sizes):].any()
     outs = [np.zeros(n, np.uint8) for n in sizes]
     scatter = [(o.ctypes.data, packed.ctypes.data + int(off), n)
                for o, off, n in zip(outs, offs, sizes)]
-    _host_copy.parallel_copy_list(scatter, threads)
+    _host_copy.parallel_copy_list(scatter, threads, pieces=pieces)
     assert all(np.array_equal(o, s) for o, s in zip(outs, srcs))
 
 
 @pytest.mark.parametrize("threads", [1, 4, 16])
-def test_file_reads_land_exactly(tmp_path, threads):
+@pytest.mark.parametrize("per_thread", [1, 8])
+def test_file_reads_land_exactly(tmp_path, threads, per_thread):
     # pieces of a file read straight into memory, as the loader fills pinned slots
     data = _bytes(5 * MiB + 11, threads)
     path = tmp_path / "f.bin"
@@ -124,7 +127,7 @@ def test_file_reads_land_exactly(tmp_path, threads):
         segs.append((dst.ctypes.data + at, off, n))
         at += n
     with open(path, "rb") as f:
-        _host_copy.parallel_read(f.fileno(), segs, threads)
+        _host_copy.parallel_read(f.fileno(), segs, threads, per_thread)
     want = np.concatenate([data[o:o + n] for o, n in pieces])
     assert np.array_equal(dst[:at], want)
     assert not dst[at:].any()
@@ -173,3 +176,13 @@ def test_copy_lists_read_their_sequence_once():
                  lambda: _host_copy.parallel_read(0, Lying(), 2)):
         with pytest.raises((MemoryError, OverflowError)):
             call()
+
+
+@pytest.mark.parametrize("pieces", [0, 65, 2.5])
+def test_pieces_per_thread_is_checked(pieces):
+    a = np.zeros(16, np.uint8)
+    err = etptr.InvalidTypeError if isinstance(pieces, float) else etptr.InvalidArgumentError
+    with pytest.raises(err, match="pieces"):
+        _host_copy.parallel_copy(a.ctypes.data, a.ctypes.data, 16, 2, False, pieces)
+    with pytest.raises(err, match="pieces"):
+        _host_copy.parallel_copy_list([(a.ctypes.data, a.ctypes.data, 16)], 2, False, pieces)

@@ -11,10 +11,17 @@ cdef struct Segment:
     int fd
 
 
+# Pieces per thread of a job whose destination is page-locked memory (a pinned slot
+# being filled): threads that finish early take the rest, so the job does not wait for
+# the slowest (bench/results/h200_probe_pieces.txt). Into memory that may fault (a
+# drain into tensors), one piece per thread: finer pieces there contended.
+cdef enum:
+    FILL_PIECES = 8
+
 cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
-                     bint stream) noexcept nogil
+                     bint stream, int pieces) noexcept nogil
 cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
-                         bint stream) noexcept nogil
+                         bint stream, int pieces) noexcept nogil
 cdef long long c_copy_begin(int threads) noexcept nogil
 cdef void c_copy_end(long long epoch) noexcept nogil
 cdef int c_cpu_count() except -1

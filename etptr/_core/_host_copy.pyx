@@ -7,7 +7,10 @@ scattering a slot into many tensors). A caller posts a job, copies pieces
 itself too, and waits until every piece is done and no worker still holds
 the job. Workers take pieces with an atomic counter, so several callers (one
 per GPU) share the pool; the job list is guarded by a spin lock held for a
-few instructions. While a pipelined copy runs (between :func:`c_copy_begin`
+few instructions. A job into page-locked memory (a pinned slot being filled) is cut
+in FILL_PIECES pieces per thread, so threads that finish early take the rest instead
+of the job waiting for the slowest; one into memory that may fault, in one per
+thread. While a pipelined copy runs (between :func:`c_copy_begin`
 and :func:`c_copy_end`) idle workers spin, so the next chunk starts within a
 microsecond; otherwise they spin briefly and then sleep on a condition
 variable, so nothing spins while no copy runs and the pool does not compete
@@ -329,11 +332,13 @@ cdef void c_copy_end(long long epoch) noexcept nogil:
         etptr_atomic_add(&_tp_active, -1)
 
 
-cdef void _run_job(_Job* job, int nthreads) noexcept nogil:
-    """Copy ``job`` with up to ``nthreads`` threads (the caller and pool workers)."""
+cdef void _run_job(_Job* job, int nthreads, int pieces) noexcept nogil:
+    """Copy ``job`` with up to ``nthreads`` threads (the caller and pool workers), cut in
+    ``pieces`` pieces per thread (of at least _MIN_PIECE bytes)."""
     global _tp_jobs
     cdef _Job* p
-    cdef long long parts = nthreads
+    cdef long long parts = <long long>nthreads * (pieces if pieces > 1 else 1)
+    cdef long long workers
     cdef long long spins = 0
     if parts > job.total // _MIN_PIECE:
         parts = job.total // _MIN_PIECE
@@ -343,8 +348,9 @@ cdef void _run_job(_Job* job, int nthreads) noexcept nogil:
         job.next = 0
         _run_pieces(job)
         return
-    if _tp_workers < parts - 1:
-        _tp_grow(<int>parts, 1)
+    workers = parts if parts < nthreads else nthreads
+    if _tp_workers < workers - 1:
+        _tp_grow(<int>workers, 1)
     job.piece = ((job.total + parts - 1) // parts + 63) & ~(<long long>63)
     job.parts = parts
     job.next = 0
@@ -361,7 +367,7 @@ cdef void _run_job(_Job* job, int nthreads) noexcept nogil:
         p.link = job
     etptr_spin_unlock(&_tp_list_lock)
     etptr_atomic_add(&_tp_gen, 1)
-    _tp_wake_some(parts - 1)
+    _tp_wake_some(workers - 1)
     _run_pieces(job)
     # every piece is taken: wait for the ones workers are copying (spin briefly; yield
     # the CPU at once when threads outnumber CPUs, where the worker may need this one)
@@ -393,9 +399,9 @@ cdef void _unlink_job(_Job* job) noexcept nogil:
 
 
 cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
-                     bint stream) noexcept nogil:
-    """memcpy of ``n`` bytes with up to ``threads`` threads, pieces of at least 128 KiB;
-    ``stream``: with non-temporal stores."""
+                     bint stream, int pieces) noexcept nogil:
+    """memcpy of ``n`` bytes with up to ``threads`` threads, in ``pieces`` pieces per
+    thread of at least 128 KiB; ``stream``: with non-temporal stores."""
     cdef Segment seg
     cdef _Job job
     seg.dst = dst
@@ -410,14 +416,14 @@ cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
     job.stream = stream
     job.done = 0
     job.refs = 0
-    _run_job(&job, threads)
+    _run_job(&job, threads, pieces)
 
 
 cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
-                         bint stream) noexcept nogil:
+                         bint stream, int pieces) noexcept nogil:
     """Copy (or read, for file segments) every segment of ``segs`` with up to
-    ``threads`` threads; the work is split by bytes, so large and small segments mix
-    freely. Returns 0, or the first failed read's errno (-1: a file ended before its
+    ``threads`` threads, in ``pieces`` pieces per thread; the work is split by bytes,
+    so large and small segments mix freely. Returns 0, or the first failed read's errno (-1: a file ended before its
     segment did); after a failure some destinations hold only part of their bytes."""
     cdef _Job job
     cdef long long* starts = NULL
@@ -431,7 +437,7 @@ cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
         starts = <long long*>malloc(nsegs * sizeof(long long))
         if starts == NULL:                # no memory for the index: one segment at a time
             for i in range(nsegs):
-                rc = c_par_copy_list(&segs[i], 1, threads, stream)
+                rc = c_par_copy_list(&segs[i], 1, threads, stream, pieces)
                 if rc != 0:
                     return rc
             return 0
@@ -446,16 +452,17 @@ cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
     job.done = 0
     job.refs = 0
     job.error = 0
-    _run_job(&job, threads)
+    _run_job(&job, threads, pieces)
     free(starts)
     return <int>job.error
 
 
 # ------------------------------------------------------------------ for tests and measurements
 
-def parallel_copy(dst, src, nbytes, threads, stream=False):
+def parallel_copy(dst, src, nbytes, threads, stream=False, pieces=1):
     """Copy ``nbytes`` bytes between host addresses ``src`` -> ``dst`` with up to
-    ``threads`` threads (``stream``: non-temporal stores). For tests and measurements.
+    ``threads`` threads (``stream``: non-temporal stores), in ``pieces`` pieces per
+    thread (1..64). For tests and measurements.
 
     Raises
     ------
@@ -467,18 +474,21 @@ def parallel_copy(dst, src, nbytes, threads, stream=False):
     cdef uintptr_t d = <uintptr_t>c_count_arg(dst, "dst")
     cdef uintptr_t s = <uintptr_t>c_count_arg(src, "src")
     cdef bint nt = stream
+    cdef int per = <int>c_int_arg(pieces, "pieces", 1, 64)
     if n and (d == 0 or s == 0):
         raise_error(Error.InvalidArgument, "dst and src must not be null")
     with nogil:
-        c_par_copy(<char*>d, <const char*>s, n, t, nt)
+        c_par_copy(<char*>d, <const char*>s, n, t, nt, per)
 
 
-cdef int _run_segments(object segments, int fd, object threads, bint stream) except? -2:
+cdef int _run_segments(object segments, int fd, object threads, bint stream,
+                       object pieces) except? -2:
     """Copy (``fd`` -1) or read (from ``fd``) every ``(dst, src or file offset, nbytes)``
     of ``segments`` as one job; the job's result (see :func:`c_par_copy_list`)."""
     cdef list items = list(segments)          # read once: its length is what is copied
     cdef long long n = len(items), i
     cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
+    cdef int per = <int>c_int_arg(pieces, "pieces", 1, 64)
     cdef int rc
     cdef str what = "src" if fd < 0 else "file_offset"
     cdef Segment* segs = <Segment*>malloc((n if n > 0 else 1) * sizeof(Segment))
@@ -494,22 +504,24 @@ cdef int _run_segments(object segments, int fd, object threads, bint stream) exc
             if segs[i].n and (segs[i].dst == NULL or (fd < 0 and segs[i].src == NULL)):
                 raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
         with nogil:
-            rc = c_par_copy_list(segs, n, t, stream)
+            rc = c_par_copy_list(segs, n, t, stream, per)
     finally:
         free(segs)
     return rc
 
 
-def parallel_copy_list(segments, threads, stream=False):
+def parallel_copy_list(segments, threads, stream=False, pieces=1):
     """Copy every ``(dst, src, nbytes)`` of ``segments`` (host addresses) with up to
-    ``threads`` threads, as one job. For tests and measurements."""
-    _run_segments(segments, -1, threads, stream)
+    ``threads`` threads, as one job in ``pieces`` pieces per thread. For tests and
+    measurements."""
+    _run_segments(segments, -1, threads, stream, pieces)
 
 
-def parallel_read(fd, segments, threads):
+def parallel_read(fd, segments, threads, pieces=FILL_PIECES):
     """Read every ``(dst, file_offset, nbytes)`` of ``segments`` from the open file
-    ``fd`` into host addresses, with up to ``threads`` threads, as one job (the
-    loader's reads). For tests and measurements.
+    ``fd`` into host addresses, with up to ``threads`` threads, as one job in
+    ``pieces`` pieces per thread (the loader's reads: FILL_PIECES). For tests and
+    measurements.
 
     Raises
     ------
@@ -518,7 +530,8 @@ def parallel_read(fd, segments, threads):
     EOFError
         The file ended before a segment did.
     """
-    cdef int rc = _run_segments(segments, <int>c_int_arg(fd, "fd", 0, 1 << 30), threads, False)
+    cdef int rc = _run_segments(segments, <int>c_int_arg(fd, "fd", 0, 1 << 30), threads, False,
+                                pieces)
     if rc == -1:
         raise EOFError("the file ended before the bytes to read did")
     if rc != 0:

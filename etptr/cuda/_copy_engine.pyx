@@ -31,7 +31,7 @@ import warnings
 from etptr._core._args cimport c_count_arg, c_int_arg
 from etptr._core._error cimport raise_error
 from etptr._core._host_copy cimport (
-    Segment, c_copy_begin, c_copy_end, c_cpu_count, c_par_copy, c_par_copy_list)
+    FILL_PIECES, Segment, c_copy_begin, c_copy_end, c_cpu_count, c_par_copy, c_par_copy_list)
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cuda_failed,
     c_current_stream, c_enter_device, c_event_create, c_event_destroy, c_exit_device, c_forked,
@@ -266,6 +266,7 @@ cdef bint _hook_set = False
 cdef int64_t _MIN_CHUNK = 1 << 20      # smallest pipelined chunk
 cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in this many chunks
 cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
+cdef int _fill_pieces = FILL_PIECES    # pieces per copy thread of a slot's fill
 cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
 cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies up to this size: above it memcpy was
                                        # faster (bench/results/h200x2_chunking.txt)
@@ -277,6 +278,17 @@ def _set_chunking(target_chunks, min_chunk):
     global _TARGET_CHUNKS, _MIN_CHUNK
     _TARGET_CHUNKS = <int>c_int_arg(target_chunks, "target_chunks", 1, 1 << 20)
     _MIN_CHUNK = c_int_arg(min_chunk, "min_chunk", 4096, INT64_MAX)
+
+
+def _set_fill_pieces(n):
+    """Cut each slot's fill in ``n`` pieces per copy thread (drains: one). For
+    measurements (bench/probe_pieces.py)."""
+    global _fill_pieces
+    _fill_pieces = <int>c_int_arg(n, "n", 1, 64)
+
+
+def _get_fill_pieces():
+    return _fill_pieces
 
 
 def _set_streaming_stores(bint on):
@@ -396,28 +408,28 @@ cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
             one.src = slot + (a - off)
         one.n = b - a
         if segs == NULL:                # no memory for the list: copy the pieces in turn
-            rc = c_par_copy_list(&one, 1, 1, stream)
+            rc = c_par_copy_list(&one, 1, 1, stream, 1)
             if rc != 0:
                 return rc
             continue
         segs[nseg] = one
         nseg += 1
     if segs != NULL:
-        rc = c_par_copy_list(segs, nseg, p.threads, stream)
+        rc = c_par_copy_list(segs, nseg, p.threads, stream, _fill_pieces if h2d else 1)
         free(segs)
     return rc
 
 
 cdef inline int _fill(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
     if p.pieces == NULL:
-        c_par_copy(slot, p.host + off, m, p.threads, p.stream_stores)
+        c_par_copy(slot, p.host + off, m, p.threads, p.stream_stores, _fill_pieces)
         return 0
     return _move_pieces(p, slot, off, m, True, p.stream_stores)
 
 
 cdef inline void _drain(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
     if p.pieces == NULL:
-        c_par_copy(p.host + off, slot, m, p.threads, False)
+        c_par_copy(p.host + off, slot, m, p.threads, False, 1)
     else:
         _move_pieces(p, slot, off, m, False, False)
 
