@@ -417,6 +417,7 @@ def test_cpu_mode_times_checkpoint_load_and_save(checkpoint, tmp_path, capsys):
     assert doc["load_mismatches"] == [] and doc["save_mismatches"] == []
     assert f"checkpoint save (etptr.save_safetensors, read back): {n}/{n}" in text
     assert "MB/s" in text                    # a tiny checkpoint's rates are not "0.0 GB/s"
+    assert "checkpoint file <-> host memory" in text and "not a copy rate" in text
 
 
 def test_a_directory_is_refused_with_a_hint(tmp_path, capsys):
@@ -448,3 +449,4 @@ def test_many_without_cuda_says_so_in_one_line(capsys):
     out = capsys.readouterr().out
     assert "--many needs CUDA" in out
     assert "CPU parts" not in out                 # --many has none to run
+    assert "peers only" not in out and "no CUDA path" not in out     # one line, no contradiction

@@ -425,8 +425,12 @@ def _file_table(timings, labels, stat):
     for direction in ("h2d", "d2h"):
         if f"line.{direction}" in timings:
             bars.append((f"pinned line rate {direction.upper()}", g(f"line.{direction}")))
-    text = table(["checkpoint file <-> device (page cache warm)", "GB/s", "x line",
-                          "x safetensors.torch"], rows)
+    where = "device" if prefix == "file." else "host memory"
+    text = table([f"checkpoint file <-> {where} (page cache warm)", "GB/s", "x line",
+                  "x safetensors.torch"], rows)
+    if prefix == "file.cpu.":
+        text += ("\n  (load_safetensors(device='cpu') maps the file: its tensors are views of "
+                 "the page cache, no bytes are copied, so its rate is not a copy rate)")
     save, host_save = g(prefix + "etptr.save"), g(prefix + "host.save")
     if save is not None and host_save is not None:
         ratios["save_vs_host_save"] = ratio(save, host_save)
@@ -496,8 +500,9 @@ def _main(argv) -> int:
     out(f"etptr-bench {etptr.__version__}: {mode} | "
         f"GB/s = 1e9 bytes/s | {args.stat} of {args.repeats} timed passes after "
         f"{args.warmup} warm-up")
-    if not env.available and not args.many:                 # --many has no CPU part
-        out(f"no CUDA: {env.reason}; running the CPU parts only")
+    if not env.available:
+        if not args.many:                                    # --many says so itself
+            out(f"no CUDA: {env.reason}; running the CPU parts only")
     elif not env.etptr_ok:
         out(f"etptr has no CUDA path here: {env.etptr_reason}; measuring the peers only")
 
