@@ -687,3 +687,37 @@ def test_tensor_entry_is_immutable_and_compares_by_value():
         a.begin = 5
     with pytest.raises(TypeError):
         TensorEntry("w", ScalarType.Float, [2, 3], 0, 24)
+
+
+def test_fast_path_checks_its_own_arguments():
+    from etptr.checkpoint import _format
+    from etptr.checkpoint._header_scan import scan_header
+    raw = b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    assert scan_header(raw, 4, _format._DTYPE_INFO) is not None
+    for bad in ({"F32": [ScalarType.Float, 4]}, {"F32": (ScalarType.Float, 0)},
+                {"F32": (ScalarType.Float, 4.0)}, {"F32": (ScalarType.Float,)}, {"F32": 4}):
+        with pytest.raises(etptr.InvalidArgumentError, match="dtypes"):
+            scan_header(raw, 4, bad)
+    with pytest.raises(TypeError):
+        scan_header(raw, 4.9, _format._DTYPE_INFO)        # not truncated to 4
+    with pytest.raises(TypeError):
+        scan_header(raw.decode(), 4, _format._DTYPE_INFO)
+    assert scan_header(raw, -1, _format._DTYPE_INFO) is None
+    assert scan_header(raw, 2**63, _format._DTYPE_INFO) is None
+
+
+def test_tensor_entry_checks_its_offsets_and_keeps_python_ints():
+    import weakref
+    from etptr.checkpoint import TensorEntry
+    big = TensorEntry("w", ScalarType.Byte, (2**63 - 1,), 0, 2**63 - 1)
+    assert big.nbytes == 2**63 - 1
+    for begin, end in ((-1, 4), (8, 4), (0, 2**63)):
+        with pytest.raises(etptr.InvalidArgumentError, match="begin"):
+            TensorEntry("w", ScalarType.Byte, (4,), begin, end)
+    with pytest.raises(TypeError):
+        TensorEntry("w", ScalarType.Byte, (4,), 1.5, 5)
+    e = TensorEntry("w", ScalarType.Float, (2,), 0, 8)
+    assert weakref.ref(e)() is e
+    match e:
+        case TensorEntry(name, st, shape, begin, end):
+            assert (name, st, shape, begin, end) == ("w", ScalarType.Float, (2,), 0, 8)

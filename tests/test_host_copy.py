@@ -186,3 +186,15 @@ def test_pieces_per_thread_is_checked(pieces):
         _host_copy.parallel_copy(a.ctypes.data, a.ctypes.data, 16, 2, False, pieces)
     with pytest.raises(err, match="pieces"):
         _host_copy.parallel_copy_list([(a.ctypes.data, a.ctypes.data, 16)], 2, False, pieces)
+
+
+def test_copy_lists_whose_bytes_add_up_past_int64_are_refused(tmp_path):
+    a = np.zeros(16, np.uint8)
+    huge = [(a.ctypes.data, a.ctypes.data, 2**62)] * 4
+    with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[1\].*2\*\*63"):
+        _host_copy.parallel_copy_list(huge, 2)
+    path = tmp_path / "f.bin"
+    path.write_bytes(b"x" * 16)
+    with open(path, "rb") as f:
+        with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[1\]"):
+            _host_copy.parallel_read(f.fileno(), [(a.ctypes.data, 0, 2**62)] * 4, 2, 8)

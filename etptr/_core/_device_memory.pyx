@@ -141,13 +141,19 @@ cdef class DeviceMemoryBuffer:
         """``[tensor(o, s, t) for o, s, t in zip(offsets, shapes, types)]``, row-major and
         DYNAMIC_BOUND, in one call: each distinct ``type`` object is read once (a
         checkpoint's hundreds of views, made while the last DMA of its upload runs).
-        Raises as :meth:`tensor`; the views made before are dropped."""
+        Raises as :meth:`tensor`, and ValueError when the three differ in length; the
+        views made before are dropped."""
         cdef list out = []
         cdef dict codes = {}
-        for off, sizes, t in zip(offsets, shapes, types):
-            code = codes.get(t)
+        for off, sizes, t in zip(offsets, shapes, types, strict=True):
+            key = (type(t), t)              # 6.0 == Float, True == 1: not the same argument
+            try:
+                code = codes.get(key)
+            except TypeError:               # unhashable: refused by c_type_arg below
+                code = None
             if code is None:
-                code = codes[t] = c_type_arg(t, 6)
+                code = c_type_arg(t, 6)
+                codes[key] = code
             out.append(self._view(c_count_arg(off, "offset"), c_metadata(sizes, None, None),
                                   code, 1))
         return out

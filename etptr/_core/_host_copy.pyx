@@ -23,7 +23,7 @@ makes new ones. No CUDA here.
 """
 import os
 
-from libc.errno cimport EINTR, errno
+from libc.errno cimport EINTR, EOVERFLOW, errno
 from libc.stdint cimport int64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
@@ -91,6 +91,7 @@ cdef int c_cpu_count() except -1:
 
 
 cdef long long _MIN_PIECE = 128 * 1024   # below this a piece is not split across threads
+cdef long long _LLONG_MAX = 0x7FFFFFFFFFFFFFFF
 
 
 cdef struct _Job:
@@ -442,6 +443,9 @@ cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
                     return rc
             return 0
         for i in range(nsegs):
+            if segs[i].n > _LLONG_MAX - at:
+                free(starts)
+                return EOVERFLOW          # more bytes than a job can count
             starts[i] = at
             at += segs[i].n
     job.segs = segs
@@ -490,6 +494,7 @@ cdef int _run_segments(object segments, int fd, object threads, bint stream,
     cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
     cdef int per = <int>c_int_arg(pieces, "pieces", 1, 64)
     cdef int rc
+    cdef long long total = 0
     cdef str what = "src" if fd < 0 else "file_offset"
     cdef Segment* segs = <Segment*>malloc((n if n > 0 else 1) * sizeof(Segment))
     if segs == NULL:
@@ -503,6 +508,10 @@ cdef int _run_segments(object segments, int fd, object threads, bint stream,
             segs[i].fd = fd
             if segs[i].n and (segs[i].dst == NULL or (fd < 0 and segs[i].src == NULL)):
                 raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
+            if segs[i].n > _LLONG_MAX - total:
+                raise_error(Error.InvalidArgument, f"segments[{i}]: the segments' bytes "
+                                                   f"add up past 2**63 - 1")
+            total += segs[i].n
         with nogil:
             rc = c_par_copy_list(segs, n, t, stream, per)
     finally:

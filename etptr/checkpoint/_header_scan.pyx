@@ -18,8 +18,13 @@ Also here: :class:`TensorEntry`, one tensor of a header, built directly by the
 scan (a frozen dataclass took as long to build as the scan of its entry).
 """
 cimport cython
+from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MAX, int64_t
+
+from etptr._core._error cimport raise_error
+
+from etptr._core._error import Error
 
 cdef int _MAX_DIMS = 16        # ExecuTorch's kTensorDimensionLimit
 cdef int _MAX_DIGITS = 18      # every integer of 18 digits fits int64
@@ -29,7 +34,7 @@ cdef int _MAX_DIGITS = 18      # every integer of 18 digits fits int64
 cdef class TensorEntry:
     """One tensor of a safetensors header (immutable, compared by value).
 
-    ``TensorEntry(name, scalar_type, shape, begin, end)``
+    ``TensorEntry(name, scalar_type, shape, begin, end)``, ``0 <= begin <= end``
 
     Attributes
     ----------
@@ -46,18 +51,25 @@ cdef class TensorEntry:
     cdef readonly tuple shape
     cdef readonly int64_t begin
     cdef readonly int64_t end
+    cdef object __weakref__
 
-    def __init__(self, str name, scalar_type, tuple shape, int64_t begin, int64_t end):
+    __match_args__ = ("name", "scalar_type", "shape", "begin", "end")
+
+    def __init__(self, str name, scalar_type, tuple shape, begin, end):
+        cdef object b = PyNumber_Index(begin), e = PyNumber_Index(end)
+        if not 0 <= b <= e <= INT64_MAX:
+            raise_error(Error.InvalidArgument,
+                        f"begin={b}, end={e}: need 0 <= begin <= end < 2**63 (byte offsets)")
         self.name = name
         self.scalar_type = scalar_type
         self.shape = shape
-        self.begin = begin
-        self.end = end
+        self.begin = b
+        self.end = e
 
     @property
     def nbytes(self):
         """Bytes of tensor data (``end - begin``)."""
-        return self.end - self.begin
+        return self.end - self.begin     # both in [0, 2**63): no overflow
 
     def _key(self):
         return (self.name, self.scalar_type, self.shape, self.begin, self.end)
@@ -202,7 +214,7 @@ cdef TensorEntry _entry(_Cursor* c, str name, int64_t data_size, dict dtypes):
     kind = dtypes.get(dtype)
     if kind is None:
         return None
-    esize = (<tuple>kind)[1]
+    esize = (<tuple>kind)[1]             # checked by scan_header: an int > 0
     for k in range(ndim):
         d = dims[k]
         if d:
@@ -251,7 +263,16 @@ def _file_order(TensorEntry e):
     return (e.begin, e.end, e.name)
 
 
-def scan_header(bytes raw, int64_t data_size, dict dtypes):
+cdef bint _dtypes_ok(dict dtypes):
+    """Every value ``(ScalarType, element size > 0)``: what :func:`_entry` relies on."""
+    for kind in dtypes.values():
+        if type(kind) is not tuple or len(<tuple>kind) != 2 or \
+                type((<tuple>kind)[1]) is not int or not 0 < (<tuple>kind)[1] <= 64:
+            return False
+    return True
+
+
+def scan_header(bytes raw, data_size, dict dtypes):
     """Decode and check a well-formed safetensors header in one pass.
 
     Parameters
@@ -262,6 +283,13 @@ def scan_header(bytes raw, int64_t data_size, dict dtypes):
         Bytes in the file's data section.
     dtypes : dict
         safetensors dtype name -> ``(ScalarType, element size in bytes)``.
+
+    Raises
+    ------
+    TypeError
+        ``raw`` is not bytes, ``data_size`` not an integer or ``dtypes`` not a dict.
+    InvalidArgumentError
+        A ``dtypes`` value that is not ``(scalar_type, element size 1..64)``.
 
     Returns
     -------
@@ -277,7 +305,14 @@ def scan_header(bytes raw, int64_t data_size, dict dtypes):
     cdef dict metadata = None
     cdef str name
     cdef TensorEntry e
-    cdef int64_t cursor = 0
+    cdef int64_t cursor = 0, ds
+    cdef object size = PyNumber_Index(data_size)
+    if not _dtypes_ok(dtypes):
+        raise_error(Error.InvalidArgument,
+                    "dtypes: each value must be (scalar_type, element size in bytes, 1..64)")
+    if not 0 <= size <= INT64_MAX:
+        return None
+    ds = size
     c.p = <const unsigned char*><const char*>raw
     c.end = c.p + len(raw)
     if not _take(&c, 123):
@@ -296,7 +331,7 @@ def scan_header(bytes raw, int64_t data_size, dict dtypes):
             else:
                 if name in names:
                     return None
-                e = _entry(&c, name, data_size, dtypes)
+                e = _entry(&c, name, ds, dtypes)
                 if e is None:
                     return None
                 names.add(name)
@@ -314,6 +349,6 @@ def scan_header(bytes raw, int64_t data_size, dict dtypes):
         if e.begin != cursor:
             return None
         cursor = e.end
-    if cursor != data_size:
+    if cursor != ds:
         return None
     return tuple(tensors), metadata

@@ -225,7 +225,16 @@ def test_device_memory_buffer_views_in_one_call(alloc):
         buf._views([4000], [(100,)], [ST.Float])
     with pytest.raises(etptr.InvalidArgumentError, match="offset"):
         buf._views([-256], [(1,)], [ST.Float])
+    with pytest.raises(ValueError):
+        buf._views([0, 4, 8], [(1,)], [ST.Float] * 3)          # lengths differ: no view lost
+    with pytest.raises(etptr.InvalidTypeError):
+        buf._views([0, 0], [(1,), (1,)], [ST.Float, 6.0])    # as tensor(0, (1,), 6.0) refuses
+    with pytest.raises(etptr.InvalidTypeError):
+        buf._views([0], [(1,)], [[6]])
+    with pytest.raises(etptr.InvalidTypeError):
+        buf._views([0, 0], [(1,), (1,)], [1, True])          # True == 1, but not a type
     buf.close()
     with pytest.raises(etptr.InvalidStateError, match="closed"):
         buf._views([0], [(1,)], [ST.Float])
     assert buf._views([], [], []) == []
+
