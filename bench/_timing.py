@@ -25,6 +25,23 @@ def median_seconds(fn, reps, warmup=1):
     return statistics.median(times)
 
 
+def gbps(fn, nbytes, reps=9, warmup=2):
+    """GB/s of ``fn`` (a call that is complete on return) moving ``nbytes``: the median
+    of ``reps`` calls after ``warmup`` untimed ones."""
+    return nbytes / median_seconds(fn, reps, warmup) / 1e9
+
+
+def pinned_line_gbps(reps=9, warmup=2):
+    """The pinned line rate: GB/s of one 256 MiB cudaMemcpyAsync from page-locked memory
+    to cuda:0 (CuPy), as :func:`gbps` times it."""
+    import cupy
+    n = 256 << 20
+    host = cupy.cuda.alloc_pinned_memory(n)
+    dev = cupy.cuda.alloc(n)
+    return gbps(lambda: (dev.copy_from_host_async(host.ptr, n),
+                         cupy.cuda.Device(0).synchronize()), n, reps, warmup)
+
+
 def write_log(path):
     """Write every line said so far to ``path``."""
     with open(path, "w") as f:

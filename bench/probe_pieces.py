@@ -20,15 +20,10 @@ from etptr.bench._layouts import LAYOUTS, write_layout
 from etptr.checkpoint import read_plan
 from etptr.cuda import _copy_engine, get_copy_config
 
-from _timing import median_seconds
+from _timing import gbps as rate, pinned_line_gbps
 
 MiB = 1 << 20
 PIECES = [1, 2, 4, 8]
-
-
-def rate(fn, nbytes):
-    """GB/s of ``fn`` (a call that is complete on return), median of 9 after 2."""
-    return nbytes / median_seconds(fn, 9, warmup=2) / 1e9
 
 
 def reads(path, limit):
@@ -95,11 +90,7 @@ def main():
             print(f"{label:30s}" + "".join(f"  {x:7.1f}" for x in row))
     finally:
         _copy_engine._set_fill_pieces(saved)
-    b = cupy.cuda.alloc_pinned_memory(256 * MiB)
-    m = cupy.cuda.alloc(256 * MiB)
-    line = rate(lambda: (m.copy_from_host_async(b.ptr, 256 * MiB),
-                         cupy.cuda.Device(0).synchronize()), 256 * MiB)
-    print(f"line (pinned 256 MiB): {line:.1f} GB/s")
+    print(f"line (pinned 256 MiB): {pinned_line_gbps():.1f} GB/s")
 
 
 if __name__ == "__main__":

@@ -9,21 +9,15 @@ existing tensors are timed by ``etptr-bench --many``.)
 """
 import tempfile
 
-import cupy
 import numpy as np
 
 import etptr
 from etptr.bench._layouts import LAYOUTS, write_layout
 from etptr.cuda import copy_config
 
-from _timing import median_seconds
+from _timing import gbps as rate, pinned_line_gbps
 
 MiB = 1 << 20
-
-
-def rate(fn, nbytes):
-    """GB/s of ``fn`` (a call that is complete on return), median of 9 after 2."""
-    return nbytes / median_seconds(fn, 9, warmup=2) / 1e9
 
 
 def main():
@@ -56,11 +50,7 @@ def main():
             with copy_config(**c):
                 row.append(rate(fn, n))
         print(f"{label:22s}" + "".join(f"  {r:11.1f}" for r in row))
-    b = cupy.cuda.alloc_pinned_memory(256 * MiB)
-    m = cupy.cuda.alloc(256 * MiB)
-    line = rate(lambda: (m.copy_from_host_async(b.ptr, 256 * MiB),
-                         cupy.cuda.Device(0).synchronize()), 256 * MiB)
-    print(f"line (pinned 256 MiB): {line:.1f} GB/s")
+    print(f"line (pinned 256 MiB): {pinned_line_gbps():.1f} GB/s")
 
 
 if __name__ == "__main__":
