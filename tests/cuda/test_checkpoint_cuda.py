@@ -98,6 +98,16 @@ def test_subset_reads_only_its_tensors(tmp_path, no_maps):
         assert _host_bytes(out[name]) == raw_bytes(arrays[name])
 
 
+def _refused_mid_load(path, change, match):
+    """Load ``path`` in 4 KiB slots with ``change(direction, chunk)`` run after each
+    chunk: the load must raise CheckpointError matching ``match``."""
+    _copy_engine._set_chunk_hook(change)
+    with copy_config(**dict(SMALL, slot_bytes=4096)):
+        with pytest.raises(CheckpointError, match=match):
+            etptr.load_safetensors(path, "cuda:0", progress=False)
+    _copy_engine._set_chunk_hook(None)
+
+
 def test_a_file_truncated_while_read(tmp_path, hook, device_used, pool):
     # the file loses its tail after the first slot went up: a CheckpointError naming the
     # file, no device memory kept, the pinned slots back, no descriptor left open
@@ -110,11 +120,7 @@ def test_a_file_truncated_while_read(tmp_path, hook, device_used, pool):
         if i == 0:
             os.truncate(path, size // 2)
 
-    _copy_engine._set_chunk_hook(shrink)
-    with copy_config(**dict(SMALL, slot_bytes=4096)):
-        with pytest.raises(CheckpointError, match="m.safetensors.*changed while loading"):
-            etptr.load_safetensors(path, "cuda:0", progress=False)
-    _copy_engine._set_chunk_hook(None)
+    _refused_mid_load(path, shrink, "m.safetensors.*changed while loading")
     assert open_fds() == fds
     assert device_used() == before
     assert pool.stats()["in_use_bytes"] == 0
@@ -133,11 +139,7 @@ def test_a_file_written_in_place_while_read(tmp_path, hook, device_used):
                 f.seek(size - 16)
                 f.write(b"\x01" * 16)
 
-    _copy_engine._set_chunk_hook(rewrite)
-    with copy_config(**dict(SMALL, slot_bytes=4096)):
-        with pytest.raises(CheckpointError, match="changed while loading"):
-            etptr.load_safetensors(path, "cuda:0", progress=False)
-    _copy_engine._set_chunk_hook(None)
+    _refused_mid_load(path, rewrite, "changed while loading")
     assert device_used() == before
 
 
