@@ -140,7 +140,7 @@ cdef class DeviceMemoryBuffer:
     def _views(self, offsets, shapes, types):
         """``[tensor(o, s, t) for o, s, t in zip(offsets, shapes, types)]``, row-major and
         DYNAMIC_BOUND, in one call: each distinct ``type`` object is read once (a
-        checkpoint's hundreds of views, made while the last DMA of its upload runs).
+        checkpoint's hundreds of views, once its upload is done).
         Raises as :meth:`tensor`, and ValueError when the three differ in length; the
         views made before are dropped."""
         cdef list out = []

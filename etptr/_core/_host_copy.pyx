@@ -24,7 +24,7 @@ makes new ones. No CUDA here.
 import os
 
 from libc.errno cimport EINTR, EOVERFLOW, errno
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
@@ -91,7 +91,6 @@ cdef int c_cpu_count() except -1:
 
 
 cdef long long _MIN_PIECE = 128 * 1024   # below this a piece is not split across threads
-cdef long long _LLONG_MAX = 0x7FFFFFFFFFFFFFFF
 
 
 cdef struct _Job:
@@ -424,8 +423,10 @@ cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
                          bint stream, int pieces) noexcept nogil:
     """Copy (or read, for file segments) every segment of ``segs`` with up to
     ``threads`` threads, in ``pieces`` pieces per thread; the work is split by bytes,
-    so large and small segments mix freely. Returns 0, or the first failed read's errno (-1: a file ended before its
-    segment did); after a failure some destinations hold only part of their bytes."""
+    so large and small segments mix freely. Returns 0, the first failed read's errno
+    (-1: a file ended before its segment did), or EOVERFLOW when the segments' bytes
+    add up past int64; after a failed read some destinations hold only part of their
+    bytes."""
     cdef _Job job
     cdef long long* starts = NULL
     cdef long long i, at = 0
@@ -443,7 +444,7 @@ cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
                     return rc
             return 0
         for i in range(nsegs):
-            if segs[i].n > _LLONG_MAX - at:
+            if segs[i].n > INT64_MAX - at:
                 free(starts)
                 return EOVERFLOW          # more bytes than a job can count
             starts[i] = at
@@ -508,7 +509,7 @@ cdef int _run_segments(object segments, int fd, object threads, bint stream,
             segs[i].fd = fd
             if segs[i].n and (segs[i].dst == NULL or (fd < 0 and segs[i].src == NULL)):
                 raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
-            if segs[i].n > _LLONG_MAX - total:
+            if segs[i].n > INT64_MAX - total:
                 raise_error(Error.InvalidArgument, f"segments[{i}]: the segments' bytes "
                                                    f"add up past 2**63 - 1")
             total += segs[i].n

@@ -184,6 +184,7 @@ cdef TensorEntry _entry(_Cursor* c, str name, int64_t data_size, dict dtypes):
     cdef int64_t offsets[2]
     cdef int ndim = -1, noffsets = -1, k
     cdef int64_t numel = 1, d, esize
+    cdef bint zero = False
     cdef str key
     cdef str dtype = None
     cdef TensorEntry e
@@ -215,15 +216,16 @@ cdef TensorEntry _entry(_Cursor* c, str name, int64_t data_size, dict dtypes):
     if kind is None:
         return None
     esize = (<tuple>kind)[1]             # checked by scan_header: an int > 0
-    for k in range(ndim):
+    for k in range(ndim):                 # the product of the nonzero dims must fit int64
         d = dims[k]
-        if d:
-            if numel > INT64_MAX // d:
-                return None               # the element count overflows int64
+        if d == 0:
+            zero = True
+        elif numel > INT64_MAX // d:
+            return None
+        else:
             numel *= d
-    for k in range(ndim):
-        if dims[k] == 0:
-            numel = 0
+    if zero:
+        numel = 0
     if numel > INT64_MAX // esize:
         return None
     if offsets[1] < offsets[0] or offsets[1] > data_size or \
