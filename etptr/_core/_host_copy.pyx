@@ -121,6 +121,7 @@ cdef int _tp_workers = 0                  # threads started (changed under _tp_s
 cdef int _tp_failed = 0                   # pthread_create failures (the callers copy alone)
 cdef long long _tp_epoch = 0              # bumped by _tp_init (at import and after fork)
 cdef int _tp_ncpu = c_cpu_count()
+cdef int _spin_relax = 32                 # pause instructions per turn of an idle worker's spin
 
 
 cdef void _tp_init() noexcept nogil:
@@ -253,7 +254,7 @@ cdef void* _tp_worker(void* arg) noexcept nogil:
         # or soon when threads outnumber CPUs (spinning would slow the callers down).
         gen = etptr_atomic_load(&_tp_gen)
         while etptr_atomic_load(&_tp_gen) == gen:
-            for k in range(32):
+            for k in range(_spin_relax):
                 etptr_cpu_relax()
             crowded = _tp_workers + etptr_atomic_load(&_tp_active) > _tp_ncpu
             idle = etptr_now_ns() - idle_since
@@ -546,6 +547,14 @@ def parallel_read(fd, segments, threads, pieces=FILL_PIECES):
         raise EOFError("the file ended before the bytes to read did")
     if rc != 0:
         raise OSError(rc, os.strerror(rc))
+
+
+def _set_spin_relax(n):
+    """Pause instructions per turn of an idle worker's spin (0: plain loads). For
+    measurements (bench/probe_timeline.py): under a hypervisor, long runs of pause
+    may hand the CPU away."""
+    global _spin_relax
+    _spin_relax = <int>c_int_arg(n, "n", 0, 1 << 16)
 
 
 def copy_threads():

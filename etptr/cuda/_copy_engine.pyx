@@ -23,6 +23,7 @@ from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 import os
 import threading
@@ -309,6 +310,49 @@ def _set_chunk_hook(hook):
     _hook_set = hook is not None
 
 
+# A timeline of pipelined copies, for measurements (bench/probe_timeline.py): while on,
+# each copy's steps are stamped (CLOCK_MONOTONIC, ns) into a fixed table; one copy at a
+# time is meant to run while it is on.
+cdef enum:
+    _TRACE_MAX = 8192
+cdef bint _trace_on = False
+cdef int _trace_n = 0
+cdef int _trace_what[_TRACE_MAX]
+cdef int64_t _trace_chunk[_TRACE_MAX]
+cdef int64_t _trace_ns[_TRACE_MAX]
+_TRACE_NAMES = ("begin", "slots", "waited", "copied", "queued", "synced")
+
+
+cdef inline void _mark(int what, int64_t i) noexcept nogil:
+    """Stamp step ``what`` (an index of _TRACE_NAMES) of chunk ``i``."""
+    global _trace_n
+    cdef timespec ts
+    if not _trace_on or _trace_n >= _TRACE_MAX:
+        return
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    _trace_what[_trace_n] = what
+    _trace_chunk[_trace_n] = i
+    _trace_ns[_trace_n] = <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+    _trace_n += 1
+
+
+def _set_trace(bint on):
+    """Start (clearing the table) or stop stamping the pipeline's steps."""
+    global _trace_on, _trace_n
+    if on:
+        _trace_n = 0
+    _trace_on = on
+
+
+def _take_trace():
+    """The stamps so far, as [(step name, chunk, ns)], and clear the table."""
+    global _trace_n
+    out = [(_TRACE_NAMES[_trace_what[i]], _trace_chunk[i], _trace_ns[i])
+           for i in range(_trace_n)]
+    _trace_n = 0
+    return out
+
+
 cdef inline int64_t _ceil_div(int64_t n, int64_t d) noexcept nogil:
     return n // d + (1 if n % d else 0)      # no overflow near 2**63
 
@@ -447,16 +491,19 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
             if rc != 0:
                 _pipe_failed(rc, p, True)
             p.pending[j] = False
+        _mark(2, i)
         off = i * p.chunk
         m = _chunk_len(p, i)
         rc = _fill(p, p.slot[j], off, m)
         if rc != 0:
             _read_failed(rc, p, off)
+        _mark(3, i)
         rc = api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
         if rc == 0:
             rc = api.event_record(p.event[j], p.stream)
         if rc != 0:
             _pipe_failed(rc, p, True)
+        _mark(4, i)
         p.pending[j] = True
         if _hook_set or i % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
             _between_chunks(True, i)
@@ -464,6 +511,7 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
         rc = api.stream_sync(p.stream)
         if rc != 0:
             _pipe_failed(rc, p, True)
+        _mark(5, nchunks)
         for j in range(p.k):
             p.pending[j] = False
     return 0
@@ -484,9 +532,11 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
             if rc != 0:
                 _pipe_failed(rc, p, False)
             p.pending[j] = False
+            _mark(2, i - p.k)
             off = (i - p.k) * p.chunk
             m = _chunk_len(p, i - p.k)
             _drain(p, p.slot[j], off, m)
+            _mark(3, i - p.k)
             if _hook_set or (i - p.k) % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
                 _between_chunks(False, i - p.k)
         if i < nchunks:
@@ -498,6 +548,7 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
                 rc = api.event_record(p.event[j], p.stream)
             if rc != 0:
                 _pipe_failed(rc, p, False)
+            _mark(4, i)
             p.pending[j] = True
     return 0
 
@@ -565,6 +616,7 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
     p.device = dev
     p.stream_stores = _stream_h2d and nbytes <= _STREAM_MAX
     p.stream = <void*>s
+    _mark(0, nchunks)
     epoch = c_copy_begin(p.threads)      # wakes the copy threads while the slots are found
     try:
         try:
@@ -580,6 +632,7 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
                 p.slot[j] = <char*>slab.ptr
                 p.event[j] = <void*>slab.event
                 p.pending[j] = slab.pending
+            _mark(1, p.chunk)
             if h2d:
                 with nogil:
                     _pipe_h2d(&p, sync)

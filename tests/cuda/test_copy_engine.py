@@ -79,6 +79,35 @@ def test_pipeline_chunks_through_slots(fake, pool):
     assert np.array_equal(h.numpy(), a)
 
 
+def test_trace_stamps_each_chunk_in_order():
+    a = _payload(2 * MiB + 100)
+    try:
+        with copy_config(**SMALL):
+            _copy_engine._set_trace(True)
+            d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+            _copy_engine._set_trace(False)
+            up = _copy_engine._take_trace()
+            _copy_engine._set_trace(True)
+            h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
+            down = _copy_engine._take_trace()
+    finally:
+        _copy_engine._set_trace(False)
+    assert np.array_equal(h.numpy(), a)
+    steps = [(what, i) for what, i, _ in up]
+    assert steps[:2] == [("begin", 9), ("slots", 256 * 1024)]
+    assert steps[2:-1] == [(w, i) for i in range(9) for w in ("waited", "copied", "queued")]
+    assert steps[-1] == ("synced", 9)
+    times = [ns for *_, ns in up]
+    assert times == sorted(times)
+    # downloads: the first K DMAs are queued before chunk 0 is drained
+    steps = [(what, i) for what, i, _ in down]
+    assert steps[2:5] == [("queued", 0), ("queued", 1), ("queued", 2)]
+    assert [i for w, i in steps if w == "copied"] == list(range(9))
+    assert _copy_engine._take_trace() == []       # taking clears the table
+    etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+    assert _copy_engine._take_trace() == []       # off: nothing stamped
+
+
 def test_page_locked_source_goes_in_one_dma(fake):
     src = etptr.empty([3 * MiB], etptr.ScalarType.Byte, pinned=True)
     src.numpy()[:] = _payload(3 * MiB)

@@ -1,0 +1,190 @@
+"""Probe: the timeline of pipelined copies, chunk by chunk, from the copy engine's
+trace (``_copy_engine._set_trace``): when each chunk's slot was free ("waited"),
+when the copy threads had filled (or drained) it ("copied"), when its DMA was
+queued, and when the copy was complete. A slot's wait ends when the DMA of the
+chunk K before it has completed, so the waits show the DMA's progress.
+
+    python bench/probe_timeline.py [DIR]      (default DIR: /dev/shm)
+
+For each case the sample with the median total of 9 is printed whole, then the
+sums: the start-up (begin -> first DMA queued), the fills' rate, and the DMA's
+rate over the span from the first DMA queued to the end (what the link did while
+the fills ran beside it).
+"""
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import etptr
+from etptr.bench._layouts import write_layout
+from etptr.checkpoint._host import open_checked
+from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
+from etptr.checkpoint._plan import read_plan
+from etptr.cuda import _copy_engine, copy_config
+
+from _timing import pinned_line_gbps, say, write_log
+
+
+def traced(fn, reps=9):
+    """(median total in s, that sample's trace) of ``fn`` after 2 warm-up calls."""
+    fn()
+    fn()
+    runs = []
+    for _ in range(reps):
+        _copy_engine._set_trace(True)
+        t0 = time.perf_counter()
+        fn()
+        t = time.perf_counter() - t0
+        _copy_engine._set_trace(False)
+        runs.append((t, _copy_engine._take_trace()))
+    runs.sort(key=lambda r: r[0])
+    return runs[len(runs) // 2]
+
+
+def report(name, nbytes, fn, line, verbose=True):
+    total, trace = traced(fn)
+    if not trace:
+        say(f"{name}: no pipelined copy ran")
+        return
+    t0 = trace[0][2]
+    steps = {}
+    for what, i, ns in trace:
+        steps.setdefault(what, {})[i] = (ns - t0) / 1e3      # us since begin
+    chunk = next(iter(steps["slots"]))                         # the slots' mark holds the chunk size
+    q = steps["queued"]
+    first_q = min(q.values())
+    end = (trace[-1][2] - t0) / 1e3
+    say(f"\n{name}: {nbytes / 1e6:.1f} MB in {len(q)} chunks of {chunk / 2**20:g} MiB, "
+        f"call {total * 1e6:.0f} us ({nbytes / total / 1e9:.1f} GB/s, {nbytes / total / 1e9 / line:.2f}"
+        f" x line)")
+    say(f"  begin -> slots {steps['slots'][chunk]:.0f} us; -> first DMA queued {first_q:.0f} us; "
+        f"last queued -> last step {end - max(q.values()):.0f} us; traced span {end:.0f} us")
+    copies = [steps["copied"][i] - steps["waited"][i] for i in sorted(steps["copied"])]
+    say(f"  host copies: {statistics.median(copies):.0f} us median per chunk "
+        f"({chunk / statistics.median(copies) / 1e3:.1f} GB/s), min {min(copies):.0f}, "
+        f"max {max(copies):.0f}")
+    if "synced" in steps:
+        say(f"  DMA over first-queued -> complete: {nbytes / (end - first_q) / 1e3:.1f} GB/s "
+            f"(line {line:.1f}); ideal call at line: {nbytes / line / 1e3:.0f} us")
+    if verbose:
+        say("  chunk  waited  copied  queued  (us since begin)")
+        for i in sorted(q):
+            w = steps["waited"].get(i)
+            c = steps["copied"].get(i)
+            say(f"  {i:5d} {w if w is not None else float('nan'):7.0f} "
+                f"{c if c is not None else float('nan'):7.0f} {q[i]:7.0f}")
+
+
+def variants(f, lay, buf, upload, line):
+    """The same file upload with other engine settings (summaries only), and its two
+    halves alone: the file read into pinned memory, and the DMA from pinned memory."""
+    import cupy
+    from etptr._core._host_copy import parallel_read
+    for kw in (dict(threads=8), dict(threads=12), dict(threads=14),
+               dict(slot_bytes=8 << 20, slots=6), dict(slot_bytes=4 << 20, slots=12),
+               dict(slot_bytes=32 << 20, slots=3)):
+        with copy_config(**kw):
+            report(f"file upload (pread), {kw}", f.nbytes, upload, line, False)
+    default_pieces = _copy_engine._get_fill_pieces()
+    for pieces in (1, 2):
+        _copy_engine._set_fill_pieces(pieces)
+        try:
+            report(f"file upload (pread), {pieces} fill pieces per thread", f.nbytes, upload,
+                   line, False)
+        finally:
+            _copy_engine._set_fill_pieces(default_pieces)
+    from etptr._core import _host_copy
+    for relax in (0, 2, 8):
+        _host_copy._set_spin_relax(relax)
+        try:
+            report(f"file upload (pread), {relax} pauses per idle spin", f.nbytes, upload,
+                   line, False)
+            with copy_config(slot_bytes=4 << 20, slots=12):
+                report(f"file upload (pread), 4 MiB slots, {relax} pauses per idle spin",
+                       f.nbytes, upload, line, False)
+        finally:
+            _host_copy._set_spin_relax(32)
+    n = f.nbytes
+    pinned = cupy.cuda.alloc_pinned_memory(lay.nbytes)
+    fd = open_checked(f)
+    try:
+        segs = [(pinned.ptr + r.buffer_offset, r.file_offset, r.nbytes) for r in lay.runs]
+        for threads in (8, 16):
+            s = median_s(lambda: parallel_read(fd, segs, threads))
+            say(f"\nthe file read into pinned memory alone, {threads} threads: "
+                f"{s * 1e6:.0f} us ({n / s / 1e9:.1f} GB/s)")
+    finally:
+        os.close(fd)
+    dev = buf.data_ptr
+    stream = cupy.cuda.Stream(non_blocking=False)
+
+    def dma(chunk):
+        for off in range(0, n, chunk):
+            cupy.cuda.runtime.memcpyAsync(dev + off, pinned.ptr + off, min(chunk, n - off), 1,
+                                          stream.ptr)
+        stream.synchronize()
+
+    for chunk in (n, 16 << 20, 4 << 20):
+        s = median_s(lambda: dma(chunk))
+        say(f"DMA alone from pinned memory in {-(-n // chunk)} copies: {s * 1e6:.0f} us "
+            f"({n / s / 1e9:.1f} GB/s)")
+
+
+def median_s(fn, reps=9):
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main(where):
+    line = pinned_line_gbps(reps=7, warmup=1)
+    say(f"line (pinned 256 MiB): {line:.1f} GB/s")
+    d = tempfile.mkdtemp(dir=where)
+    alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
+    try:
+        for layout, verbose in (("all-minilm-l6-v2", True), ("qwen2.5-0.5b", False)):
+            path = write_layout(layout, d)
+            f = read_plan(path).files[0]
+            lay = layout_file(f, DEVICE_ALIGNMENT)
+            buf = etptr.DeviceMemoryBuffer.create(lay.nbytes, "cuda:0",
+                                                  alignment=DEVICE_ALIGNMENT)
+            pieces = [(r.file_offset, r.buffer_offset, r.nbytes) for r in lay.runs]
+
+            def upload():
+                fd = open_checked(f)
+                try:
+                    alloc.copy_file_to_device(buf.data_ptr, fd, pieces, 0)
+                finally:
+                    os.close(fd)
+
+            report(f"file upload (pread), {layout}", f.nbytes, upload, line, verbose)
+            if verbose:
+                variants(f, lay, buf, upload, line)
+            report(f"load_safetensors, {layout}", f.nbytes,
+                   lambda: etptr.load_safetensors(path, "cuda:0", progress=False), line, False)
+            host = np.random.default_rng(0).integers(0, 255, f.nbytes, dtype=np.uint8)
+            src = etptr.make_tensor_ptr([f.nbytes], host, type=etptr.ScalarType.Byte)
+            out = buf.tensor(0, [f.nbytes], etptr.ScalarType.Byte)
+            report(f"h2d_copy from memory, {f.nbytes / 1e6:.0f} MB", f.nbytes,
+                   lambda: etptr.h2d_copy(src, out), line, verbose)
+            report(f"d2h_copy into memory, {f.nbytes / 1e6:.0f} MB", f.nbytes,
+                   lambda: etptr.d2h_copy(out, src), line, verbose)
+            del buf, out, src, host
+            os.unlink(path)
+    finally:
+        shutil.rmtree(d)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/dev/shm")
+    if len(sys.argv) > 2:
+        write_log(sys.argv[2])
