@@ -12,7 +12,8 @@ H200 host: 23.0 GB/s against 52.4 from a map already faulted in, because the
 first touch of every page faults; see ``bench/probe_file_io.c``.) With any other
 allocator the runs go up from a read-only ``mmap`` of the file as one batched
 :func:`~etptr.h2d_copy`. No tensor is copied on the host first. The tensors
-are views of the buffer; its memory returns when the last one dies.
+are views of the buffer, made while the last DMAs run (the copy threads have
+read the whole file by then); its memory returns when the last one dies.
 
 Saving: the output file is mapped; device tensors come down in groups of up to
 64 MiB, each group one batched ``d2h_copy`` whose copy threads write the bytes
@@ -66,25 +67,31 @@ def _steps(runs: Sequence[CopyRun], limit: int) -> list[list[CopyRun]]:
     return [g for g in groups if g]
 
 
-def _upload_file(f: FilePlan, buf: DeviceMemoryBuffer,
-                 groups: list[list[CopyRun]], progress: Callable[[int], None]) -> None:
+def _upload_file(f: FilePlan, buf: DeviceMemoryBuffer, groups: list[list[CopyRun]],
+                 progress: Callable[[int], None], finish: Callable[[], None]) -> None:
     """The file's runs into ``buf``: read straight into pinned slots for the CUDA
-    allocator, else through a read-only map and batched ``h2d_copy``."""
+    allocator, else through a read-only map and batched ``h2d_copy``. ``finish()`` runs
+    once the whole file has been read and checked unchanged: with the CUDA allocator
+    while the last DMAs still run (the upload is complete when this returns)."""
     alloc = get_device_allocator(buf.device.type)
     if type(alloc) is CudaAllocator:
         fd = open_checked(f)
+
+        def read() -> None:
+            check_unchanged(f, fd)
+            finish()
+
         try:
-            for group in groups:
+            for i, group in enumerate(groups):
                 try:
                     alloc.copy_file_to_device(
                         buf.data_ptr, fd,
                         [(r.file_offset, r.buffer_offset, r.nbytes) for r in group],
-                        buf.device.index)
+                        buf.device.index, on_queued=read if i == len(groups) - 1 else None)
                 except (OSError, EOFError) as exc:
                     raise CheckpointError(f"{f.path}: reading the data failed, the file "
                                           f"changed while loading? ({exc})") from None
                 progress(sum(r.nbytes for r in group))
-            check_unchanged(f, fd)
         finally:
             os.close(fd)
         return
@@ -100,6 +107,7 @@ def _upload_file(f: FilePlan, buf: DeviceMemoryBuffer,
             progress(sum(r.nbytes for r in group))
     finally:
         del mapped
+    finish()
 
 
 def _load_to_device(plan: CheckpointPlan, device: Device,
@@ -142,14 +150,28 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
         if progress is not None:
             progress(done, total)
 
-    for f in plan.files:
-        layout = layout_file(f, DEVICE_ALIGNMENT)
-        with DeviceMemoryBuffer.create(layout.nbytes, device, alignment=DEVICE_ALIGNMENT) as buf:
-            if layout.runs:
-                _upload_file(f, buf, _steps(layout.runs, limit), advance)
-            views = buf._views(layout.offsets, [t.shape for t in f.tensors],
-                               [t.scalar_type for t in f.tensors])
-            out.update(zip([t.name for t in f.tensors], views))
+    views: list[TensorPtr] = []
+    try:
+        for f in plan.files:
+            layout = layout_file(f, DEVICE_ALIGNMENT)
+            with DeviceMemoryBuffer.create(layout.nbytes, device,
+                                           alignment=DEVICE_ALIGNMENT) as buf:
+
+                def make_views() -> None:
+                    views.extend(buf._views(layout.offsets, [t.shape for t in f.tensors],
+                                            [t.scalar_type for t in f.tensors]))
+
+                if layout.runs:       # the views are made while the last DMAs run
+                    _upload_file(f, buf, _steps(layout.runs, limit), advance, make_views)
+                else:
+                    make_views()
+                out.update(zip([t.name for t in f.tensors], views))
+                views.clear()
+    except BaseException:
+        # a traceback keeps this frame: let go of every buffer taken so far
+        views.clear()
+        out.clear()
+        raise
     if progress is not None and done == 0:
         progress(0, total)
     return out

@@ -1,5 +1,5 @@
 """Type stubs for etptr.cuda._allocator: CudaAllocator, the allocator for DeviceType.CUDA."""
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, Protocol, TypeAlias, final
 
 from etptr._core._device import DeviceType
@@ -68,6 +68,7 @@ class CudaAllocator(DeviceAllocator):
         index: int,
         *,
         stream: _Stream | None = None,
+        on_queued: Callable[[], object] | None = None,
     ) -> None: ...
     def allocate_host(self, nbytes: int, index: int) -> PinnedBlock | None: ...
     @property

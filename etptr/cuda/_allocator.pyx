@@ -339,7 +339,7 @@ cdef class CudaAllocator(DeviceAllocator):
             c_d2h(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg)
         return 0
 
-    def copy_file_to_device(self, dst, fd, pieces, index, *, stream=None):
+    def copy_file_to_device(self, dst, fd, pieces, index, *, stream=None, on_queued=None):
         """Copy pieces of an open file to device memory on device ``index``, as one
         pipelined copy whose copy threads read the file (``pread``) straight into
         the pinned slots. :func:`etptr.load_safetensors` moves each file's data
@@ -358,13 +358,19 @@ cdef class CudaAllocator(DeviceAllocator):
         stream : CUDA stream, optional
             None: complete on return. A stream: queued on it; the file has been
             read on return.
+        on_queued : callable, optional (only with ``stream`` None)
+            Called with no arguments once the whole file has been read and the
+            last DMAs are queued, while they run (the loader makes its tensor
+            views there). The copy is complete on return even when it raised;
+            its exception propagates.
 
         Raises
         ------
         InvalidArgumentError
             A negative value, a piece that is not a 3-tuple, pieces out of order
-            or overlapping, a null ``dst`` with pieces, a bad index, or a range
-            that runs past ``dst``'s device allocation; nothing has moved.
+            or overlapping, a null ``dst`` with pieces, a bad index, a range
+            that runs past ``dst``'s device allocation, or ``on_queued`` with a
+            ``stream`` or not callable; nothing has moved.
         InvalidTypeError
             A value that is not an integer.
         OSError
@@ -386,6 +392,10 @@ cdef class CudaAllocator(DeviceAllocator):
         try:
             if offs == NULL or starts == NULL or lens == NULL:
                 raise MemoryError()
+            if on_queued is not None and (stream is not None or not callable(on_queued)):
+                raise_error(Error.InvalidArgument,
+                            f"on_queued={on_queued!r:.80}: expected a callable, and only with "
+                            f"stream=None (given stream={stream!r:.80})")
             for i in range(count):
                 item = items[i]
                 if not isinstance(item, (tuple, list)) or len(item) != 3:
@@ -412,7 +422,7 @@ cdef class CudaAllocator(DeviceAllocator):
                 raise_error(Error.InvalidArgument, "dst must not be null")
             dev = self._index(index, "CudaAllocator.copy_file_to_device")
             c_config(&cfg, None, None, None, None)
-            c_h2d_file(base, f, offs, starts, lens, k, dev, stream, &cfg)
+            c_h2d_file(base, f, offs, starts, lens, k, dev, stream, &cfg, on_queued)
         finally:
             free(offs)
             free(starts)

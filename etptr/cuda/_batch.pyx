@@ -254,10 +254,21 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
     return 0
 
 
+cdef int _sync(intptr_t s) except -1:
+    cdef int rc
+    with nogil:
+        rc = api.stream_sync(<void*>s)
+    c_check(rc, "waiting for the batched copy")
+    return 0
+
+
 cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                int d, object stream, CopyConfig* cfg, bint h2d, int fd) except -1:
+                int d, object stream, CopyConfig* cfg, bint h2d, int fd,
+                object on_queued) except -1:
     """Both directions: ``d`` is current. ``fd >= 0``: a file's pieces (see _ranged), moved
-    as one range whatever their gaps."""
+    as one range whatever their gaps; then ``on_queued()`` (not None only with ``stream``
+    None) runs once the file has been read, while the last DMAs run, and the copy is
+    waited for even when it raises."""
     cdef bint sync = stream is None
     cdef intptr_t s = c_copy_stream(d, stream)
     cdef const uintptr_t* dev_side = dst if h2d else src
@@ -266,7 +277,13 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
     cdef uintptr_t* sd
     cdef uintptr_t* ss
     cdef int64_t* sn
-    cdef int rc
+    if fd >= 0 and on_queued is not None:
+        _ranged(dev_side, host_side, n, count, d, s, h2d, False, cfg, fd)
+        try:
+            on_queued()
+        finally:
+            _sync(s)
+        return 0
     if fd >= 0 or _one_range(dev_side, n, count):
         return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, fd)
     sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
@@ -290,25 +307,25 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         free(ss)
         free(sn)
     if sync:
-        with nogil:
-            rc = api.stream_sync(<void*>s)
-        c_check(rc, "waiting for the batched copy")
+        _sync(s)
     return 0
 
 
 cdef int _batch_entry(const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
                       int64_t count, int dev, object stream, CopyConfig* cfg,
-                      bint h2d, int fd) except -1:
+                      bint h2d, int fd, object on_queued=None) except -1:
     """What :func:`c_h2d_batch`, :func:`c_d2h_batch` and :func:`c_h2d_file` share: check
     the backend, make ``dev`` current for the batch and restore the device."""
     cdef DeviceGuard guard
     c_check_usable("batched host->device copy" if h2d else "batched device->host copy")
     if count <= 0:
+        if on_queued is not None:
+            on_queued()
         return 0
     c_cupy()
     c_enter_device(dev, &guard)
     try:
-        _batch(dst, src, n, count, dev, stream, cfg, h2d, fd)
+        _batch(dst, src, n, count, dev, stream, cfg, h2d, fd, on_queued)
     finally:
         c_exit_device(&guard)
     return 0
@@ -331,7 +348,7 @@ cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* 
 
 cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const int64_t* starts,
                     const int64_t* n, int64_t count, int dev, object stream,
-                    CopyConfig* cfg) except -1:
+                    CopyConfig* cfg, object on_queued) except -1:
     """Copy ``count`` pieces of the open file ``fd`` to device memory on ``dev`` (a
     checked index): piece i is ``n[i]`` bytes at byte ``file_offsets[i]`` of the file,
     to device address ``dst + starts[i]`` (``starts`` increasing, pieces not
@@ -339,7 +356,9 @@ cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const in
     threads read the file into the pinned slots with ``pread`` (the page cache is
     copied once; no map of the file is made, so no page fault is taken and a file
     truncated meanwhile gives an error, not SIGBUS), each slot's DMA runs while the
-    next is read. ``stream`` as for :func:`c_h2d_batch`.
+    next is read. ``stream`` as for :func:`c_h2d_batch`. ``on_queued`` (None, or with
+    ``stream`` None a callable): called once the whole file has been read and the last
+    DMAs are queued; the copy is complete when this returns, also when it raised.
 
     Raises
     ------
@@ -354,7 +373,8 @@ cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const in
     try:
         for i in range(count):
             devs[i] = dst + <uintptr_t>starts[i]
-        _batch_entry(devs, <const uintptr_t*>file_offsets, n, count, dev, stream, cfg, True, fd)
+        _batch_entry(devs, <const uintptr_t*>file_offsets, n, count, dev, stream, cfg, True, fd,
+                     on_queued)
     finally:
         free(devs)
     return 0

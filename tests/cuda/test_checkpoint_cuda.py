@@ -181,6 +181,78 @@ def test_copy_file_to_device_pieces_and_gaps(tmp_path, alloc):
     assert not got[60016:].any()                  # past the last piece: untouched
 
 
+def _raw_file(tmp_path, n):
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    path = tmp_path / "raw.bin"
+    path.write_bytes(data.tobytes())
+    return path, data
+
+
+def test_copy_file_to_device_calls_on_queued_once_after_every_read(tmp_path, alloc, hook):
+    n = 1 << 20
+    path, data = _raw_file(tmp_path, n)
+    dev = etptr.zeros([n], type=ST.Byte, device="cuda:0")
+    events = []
+    _copy_engine._set_chunk_hook(lambda direction, i: events.append(i))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with copy_config(**SMALL):
+            alloc.copy_file_to_device(dev.data_ptr, fd, [(0, 0, n)], 0,
+                                      on_queued=lambda: events.append("queued"))
+    finally:
+        os.close(fd)
+    assert events == list(range(n // SMALL["slot_bytes"])) + ["queued"]
+    np.testing.assert_array_equal(etptr.clone_tensor_ptr_to_cpu(dev).numpy(), data)
+
+
+def test_copy_file_to_device_on_queued_without_pieces_is_called(tmp_path, alloc):
+    path, _ = _raw_file(tmp_path, 16)
+    called = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        alloc.copy_file_to_device(0, fd, [], 0, on_queued=lambda: called.append(1))
+    finally:
+        os.close(fd)
+    assert called == [1]
+
+
+def test_copy_file_to_device_on_queued_raising_still_completes_the_copy(tmp_path, alloc, fake):
+    n = 1 << 20
+    path, data = _raw_file(tmp_path, n)
+    dev = etptr.zeros([n], type=ST.Byte, device="cuda:0")
+    fake.calls.clear()
+
+    def fail():
+        fake.calls.append(("on_queued",))
+        raise KeyError("from on_queued")
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with copy_config(**SMALL), pytest.raises(KeyError, match="from on_queued"):
+            alloc.copy_file_to_device(dev.data_ptr, fd, [(0, 0, n)], 0, on_queued=fail)
+    finally:
+        os.close(fd)
+    names = [c[0] for c in fake.calls]
+    at = names.index("on_queued")
+    assert "memcpyAsync" not in names[at:]               # every DMA was queued before it
+    assert "streamSynchronize" in names[at:]             # and waited for after it
+    np.testing.assert_array_equal(etptr.clone_tensor_ptr_to_cpu(dev).numpy(), data)
+
+
+@pytest.mark.parametrize("kw", [dict(on_queued=5), dict(on_queued=print, stream=0)],
+                         ids=["not-callable", "with-a-stream"])
+def test_copy_file_to_device_refuses_a_bad_on_queued(tmp_path, alloc, kw):
+    path, _ = _raw_file(tmp_path, 4096)
+    dev = etptr.zeros([4096], type=ST.Byte, device="cuda:0")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(etptr.InvalidArgumentError, match="on_queued="):
+            alloc.copy_file_to_device(dev.data_ptr, fd, [(0, 0, 4096)], 0, **kw)
+    finally:
+        os.close(fd)
+    assert not etptr.clone_tensor_ptr_to_cpu(dev).numpy().any()   # nothing moved
+
+
 @pytest.mark.parametrize("pieces, match", [
     ([(0, 0, -1)], r"pieces\[0\].nbytes"),
     ([(-5, 0, 4)], r"pieces\[0\].file_offset"),
