@@ -22,6 +22,7 @@ import numpy as np
 
 import etptr
 from etptr.bench._layouts import write_layout
+from etptr.checkpoint import _device as ckpt_device
 from etptr.checkpoint._host import open_checked
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
 from etptr.checkpoint._plan import read_plan
@@ -171,6 +172,14 @@ def main(where):
                 variants(f, lay, buf, upload, line)
             report(f"load_safetensors, {layout}", f.nbytes,
                    lambda: etptr.load_safetensors(path, "cuda:0", progress=False), line, False)
+            overlap = ckpt_device.OVERLAP_MAX
+            ckpt_device.OVERLAP_MAX = 0
+            try:
+                report(f"load_safetensors, {layout}, header checked before the upload",
+                       f.nbytes, lambda: etptr.load_safetensors(path, "cuda:0", progress=False),
+                       line, False)
+            finally:
+                ckpt_device.OVERLAP_MAX = overlap
             host = np.random.default_rng(0).integers(0, 255, f.nbytes, dtype=np.uint8)
             src = etptr.make_tensor_ptr([f.nbytes], host, type=etptr.ScalarType.Byte)
             out = buf.tensor(0, [f.nbytes], etptr.ScalarType.Byte)

@@ -15,6 +15,14 @@ allocator the runs go up from a read-only ``mmap`` of the file as one batched
 are views of the buffer, made while the last DMAs run (the copy threads have
 read the whole file by then); its memory returns when the last one dies.
 
+A whole file of up to :data:`OVERLAP_MAX` bytes of data goes up before its
+header is checked (:func:`load_file_overlapped`): its data section is copied as
+it lies in the file, and the header is checked, laid out and viewed while the
+last DMAs run. Where the layout turns out not to be the file's own (a tensor
+at an offset that is not a multiple of 256 bytes), that buffer is given back
+and the file loads the usual way; a malformed header raises once the copy is
+complete, with the buffer given back.
+
 Saving: the output file is mapped; device tensors come down in groups of up to
 64 MiB, each group one batched ``d2h_copy`` whose copy threads write the bytes
 straight into the file's pages.
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -31,21 +40,24 @@ from etptr._core._device import Device
 from etptr._core._device_allocator import get_device_allocator
 from etptr._core._device_copy import clone_tensor_ptr_to_cpu, d2h_copy, h2d_copy
 from etptr._core._device_memory import DeviceMemoryBuffer
+from etptr._core._error import NotFoundError
 from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._scalar_type import ScalarType
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
-from etptr.checkpoint._format import FilePlan
+from etptr.checkpoint._format import FilePlan, _read_header_bytes, plan_from_header
 from etptr.checkpoint._host import check_unchanged, map_file, open_checked
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, CopyRun, layout_file
 from etptr.checkpoint._plan import CheckpointPlan
-from etptr.checkpoint._progress import Progress
+from etptr.checkpoint._progress import Progress, ProgressArg, reporter
 from etptr.cuda._allocator import CudaAllocator
 
-__all__ = ["_copy_device_bytes", "_fetch_to_host", "_load_to_device"]
+__all__ = ["_copy_device_bytes", "_fetch_to_host", "_load_to_device", "load_file_overlapped"]
 
 #: Bytes moved per batched copy while loading, so that progress advances on large files.
 LOAD_STEP = 256 << 20
+#: Files with up to this many bytes of data go up while their header is checked.
+OVERLAP_MAX = 256 << 20
 #: Bytes of device tensors fetched per group while saving.
 SAVE_GROUP = 64 << 20
 
@@ -175,6 +187,79 @@ def _load_to_device(plan: CheckpointPlan, device: Device,
     if progress is not None and done == 0:
         progress(0, total)
     return out
+
+
+def load_file_overlapped(path: Path, device: Device,
+                         progress: ProgressArg) -> dict[str, TensorPtr] | FilePlan | None:
+    """One whole file onto ``device``, its data section uploaded while its header is
+    checked; what :func:`_load_to_device` returns for it, with the same errors.
+
+    Returns
+    -------
+    dict of str to TensorPtr
+        Every tensor, when the file's own layout is the device layout (every
+        tensor at a multiple of 256 bytes in the data section).
+    FilePlan
+        The file's checked plan, when it is not: the buffer is given back,
+        nothing is kept, and the caller loads the plan the usual way.
+    None
+        The file is not loaded this way: the device's allocator is not the
+        ``CudaAllocator``, or the data section is empty or over OVERLAP_MAX.
+
+    Raises
+    ------
+    CheckpointError
+        As :func:`~etptr.checkpoint._format.parse_header` (a malformed header
+        once the copy is complete), or the file changed while it was read;
+        nothing stays allocated.
+    MemoryAllocationError
+        Device memory ran out.
+    """
+    try:
+        alloc = get_device_allocator(device.type)
+    except NotFoundError:
+        return None                  # the usual way raises, after checking the header
+    if type(alloc) is not CudaAllocator:
+        return None
+    raw, size, identity = _read_header_bytes(path)
+    data_offset = 8 + len(raw)
+    data_size = size - data_offset
+    if not 0 < data_size <= OVERLAP_MAX:
+        return None
+    whole = CopyRun(data_offset, 0, data_size)
+    found: list[FilePlan] = []
+    views: list[TensorPtr] = []
+    fd = open_checked(FilePlan(path, size, data_offset, data_size, (), None, identity))
+    try:
+        with DeviceMemoryBuffer.create(data_size, device, alignment=DEVICE_ALIGNMENT) as buf:
+
+            def check_then_view() -> None:
+                # the file has been read; its DMAs run meanwhile
+                plan = plan_from_header(path, raw, size, identity)
+                check_unchanged(plan, fd)
+                found.append(plan)
+                layout = layout_file(plan, DEVICE_ALIGNMENT)
+                if layout.runs == (whole,) and layout.nbytes == data_size:
+                    views.extend(buf._views(layout.offsets, [t.shape for t in plan.tensors],
+                                            [t.scalar_type for t in plan.tensors]))
+
+            try:
+                alloc.copy_file_to_device(buf.data_ptr, fd, [(data_offset, 0, data_size)],
+                                          device.index, on_queued=check_then_view)
+            except (OSError, EOFError) as exc:
+                raise CheckpointError(f"{path}: reading the data failed, the file "
+                                      f"changed while loading? ({exc})") from None
+            if not views:
+                return found[0]      # another layout: the buffer goes back on leaving
+            with reporter(progress, data_size, f"loading to {device}") as report:
+                if report is not None:
+                    report(data_size, data_size)
+            return dict(zip([t.name for t in found[0].tensors], views))
+    except BaseException:
+        views.clear()                # a traceback keeps this frame: let go of the buffer
+        raise
+    finally:
+        os.close(fd)
 
 
 def _fetch_to_host(tensor: TensorPtr) -> npt.NDArray[np.generic]:

@@ -40,6 +40,7 @@ __all__ = [
     "dtype_rank",
     "loads_strict",
     "parse_header",
+    "plan_from_header",
 ]
 
 #: The largest header the format allows, in bytes (the reference reader's limit).
@@ -386,12 +387,20 @@ def parse_header(path: str | os.PathLike[str]) -> FilePlan:
     """
     p = Path(path)
     raw, size, identity = _read_header_bytes(p)
+    return plan_from_header(p, raw, size, identity)
+
+
+def plan_from_header(path: Path, raw: bytes, size: int,
+                     identity: tuple[int, int, int] | None) -> FilePlan:
+    """The checked plan of the file ``path`` from its header bytes ``raw`` (read with
+    its size and identity by ``_read_header_bytes``); the errors of :func:`parse_header`
+    that concern the header's contents."""
     data_offset = 8 + len(raw)
     data_size = size - data_offset
     checked = scan_header(raw, data_size, _DTYPE_INFO)
     if checked is None:
-        checked = _check_header(p, raw, data_size)
-    return FilePlan(p, size, data_offset, data_size, checked[0], checked[1], identity)
+        checked = _check_header(path, raw, data_size)
+    return FilePlan(path, size, data_offset, data_size, checked[0], checked[1], identity)
 
 
 def _check_header(path: Path, raw: bytes,

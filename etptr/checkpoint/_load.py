@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from etptr.checkpoint import _device
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._host import host_view, map_file
 from etptr.checkpoint._layout import layout_file
-from etptr.checkpoint._plan import CheckpointPlan, PathsLike, read_plan
+from etptr.checkpoint._plan import CheckpointPlan, PathsLike, _as_path, read_plan
 from etptr.checkpoint._progress import Progress, ProgressArg, check_progress, reporter
 
 __all__ = ["load_safetensors"]
@@ -158,6 +159,17 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
         raise CheckpointError(f"pinned=True gives page-locked CPU copies; device={str(dev)!r} "
                               f"loads into device memory: pass device='cpu' or pinned=False")
     checked = check_progress(progress)
+    if not isinstance(paths, (list, tuple)):
+        paths = _as_path(paths, "paths")          # one fspath: the path is read once
+    if isinstance(paths, Path) and not paths.name.endswith(".json") and names is None \
+            and not dev.is_cpu():
+        loaded = _device.load_file_overlapped(paths, dev, checked)
+        if isinstance(loaded, dict):
+            return loaded
+        if loaded is not None:       # checked already: another layout than the file's
+            plan = CheckpointPlan((loaded,))
+            with reporter(checked, plan.nbytes, f"loading to {dev}") as report:
+                return _device._load_to_device(plan, dev, report)
     plan = read_plan(paths)
     if names is not None:
         plan = plan.select(names)

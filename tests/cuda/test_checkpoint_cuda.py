@@ -161,6 +161,114 @@ def test_a_file_replaced_before_the_read(tmp_path, monkeypatch):
         ckpt_device._load_to_device(plan, etptr.Device("cuda:0"), None)
 
 
+# ------------------------------------------------------------------ uploads that overlap the header
+
+def _aligned_file(tmp_path, name="a.safetensors"):
+    """A file whose tensors all start at multiples of 256 bytes: its own layout is the
+    device layout, so it goes up while its header is checked."""
+    rng = np.random.default_rng(3)
+    arrays = {"w": rng.standard_normal((8, 32)).astype(np.float32),
+              "b": rng.standard_normal(64).astype(np.float32),
+              "e": np.zeros((0, 3), np.float32),
+              "i": rng.integers(0, 9, (4, 16), dtype=np.int64)}
+    path = tmp_path / name
+    path.write_bytes(reference_serialize(arrays))
+    return path, arrays
+
+
+def _check_loaded(out, arrays):
+    assert sorted(out) == sorted(arrays)
+    for name, arr in arrays.items():
+        assert out[name].sizes == arr.shape
+        assert _host_bytes(out[name]) == raw_bytes(arr)
+        assert out[name].data_ptr % 256 == 0 or out[name].nbytes == 0
+
+
+def test_an_aligned_file_goes_up_before_its_header_is_checked(tmp_path, monkeypatch,
+                                                              device_used, no_maps):
+    path, arrays = _aligned_file(tmp_path)
+    before = device_used()
+    calls = []
+    monkeypatch.setattr(ckpt_device, "_load_to_device", lambda *a: calls.append(a))
+    out = etptr.load_safetensors(path, "cuda:0", progress=lambda d, t: calls.append((d, t)))
+    data_size = sum(a.nbytes for a in arrays.values())
+    assert calls == [(data_size, data_size)]          # one report, not the usual load
+    _check_loaded(out, arrays)
+    del out
+    assert device_used() == before
+
+
+def test_a_file_with_another_layout_is_loaded_from_the_header_already_checked(
+        tmp_path, monkeypatch, device_used):
+    path, arrays = _file(tmp_path, ["F32", "I8"])     # odd sizes: tensors move to 256 B
+    before = device_used()
+    reads = []
+    real = ckpt_device.plan_from_header
+    monkeypatch.setattr(ckpt_device, "plan_from_header", lambda *a: reads.append(1) or real(*a))
+    monkeypatch.setattr("etptr.checkpoint._load.read_plan",
+                        lambda *a: pytest.fail("the header was read twice"))
+    usual = []
+    load = ckpt_device._load_to_device
+    monkeypatch.setattr(ckpt_device, "_load_to_device", lambda *a: usual.append(1) or load(*a))
+    progress = []
+    out = etptr.load_safetensors(path, "cuda:0", progress=lambda d, t: progress.append((d, t)))
+    assert reads == [1] and usual == [1]
+    assert progress[-1][0] == progress[-1][1] and len(progress) == 1
+    _check_loaded(out, arrays)
+    del out
+    assert device_used() == before
+
+
+@pytest.mark.parametrize("header, match", [
+    (b'{"w": {"dtype": "F32", "shape": [64], "data_offsets": [0, 256]}', "JSON"),
+    (b'{"w": {"dtype": "F32", "shape": [65], "data_offsets": [0, 256]}}', "shape"),
+    (b'{"w": {"dtype": "F32", "shape": [32], "data_offsets": [0, 128]}}', "belong to no"),
+])
+def test_a_malformed_header_is_refused_once_the_copy_is_done(tmp_path, header, match,
+                                                             device_used, pool):
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(256))
+    with pytest.raises(CheckpointError, match=match) as want:
+        etptr.checkpoint.parse_header(path)
+    before = device_used()
+    fds = open_fds()
+    with pytest.raises(CheckpointError, match=match) as got:
+        etptr.load_safetensors(path, "cuda:0", progress=False)
+    assert str(got.value) == str(want.value)
+    del got
+    assert device_used() == before
+    assert open_fds() == fds
+    assert pool.stats()["in_use_bytes"] == 0
+
+
+@pytest.mark.parametrize("how", ["names", "large", "list"])
+def test_the_usual_load_where_the_overlap_does_not_apply(tmp_path, monkeypatch, how):
+    path, arrays = _aligned_file(tmp_path)
+    usual = []
+    real = ckpt_device._load_to_device
+    monkeypatch.setattr(ckpt_device, "_load_to_device", lambda *a: usual.append(1) or real(*a))
+    if how == "large":
+        monkeypatch.setattr(ckpt_device, "OVERLAP_MAX", 255)
+    names = ["w", "b"] if how == "names" else None
+    out = etptr.load_safetensors([path] if how == "list" else path, "cuda:0", names=names,
+                                 progress=False)
+    assert usual == [1]
+    _check_loaded(out, {k: v for k, v in arrays.items() if names is None or k in names})
+
+
+def test_a_path_like_is_asked_for_its_path_once(tmp_path):
+    path, arrays = _aligned_file(tmp_path)
+    asked = []
+
+    class Once:
+        def __fspath__(self):
+            asked.append(1)
+            return str(path) if len(asked) == 1 else str(tmp_path / "other.safetensors")
+
+    _check_loaded(etptr.load_safetensors(Once(), "cuda:0", progress=False), arrays)
+    assert asked == [1]
+
+
 # ------------------------------------------------------------------ copy_file_to_device
 
 def test_copy_file_to_device_pieces_and_gaps(tmp_path, alloc):
