@@ -136,6 +136,46 @@ def variants(f, lay, buf, upload, line):
             f"({n / s / 1e9:.1f} GB/s)")
 
 
+RAMPS = ((0, 150), (8 << 20, 150), (6 << 20, 140), (4 << 20, 150), (4 << 20, 200),
+         (2 << 20, 200))
+
+
+def ramps(cases, line):
+    """Each case under each ramp of chunk sizes at the start of uploads: call time (the
+    median of 9) and when the first DMA was queued."""
+    say("\nramp (first chunk MiB, growth %): call us (GB/s, x line), first DMA queued us")
+    for name, nbytes, fn in cases:
+        cells = []
+        for first, growth in RAMPS:
+            _copy_engine._set_ramp_up(first, growth)
+            try:
+                total, trace = traced(fn)
+            finally:
+                _copy_engine._set_ramp_up(0)
+            q = [ns for what, _, ns in trace if what == "queued"]
+            first_q = (min(q) - trace[0][2]) / 1e3 if q else float("nan")
+            cells.append(f"{first >> 20}/{growth}: {total * 1e6:.0f} ({nbytes / total / 1e9:.1f}, "
+                         f"{nbytes / total / 1e9 / line:.2f}) {first_q:.0f}")
+        say(f"  {name}: " + " | ".join(cells))
+
+
+def fills(fd, lay, line):
+    """The copy threads alone, back to back (awake): one job per call into pinned memory,
+    from the file (pread) and from memory (non-temporal stores), by size."""
+    import cupy
+    from etptr._core._host_copy import parallel_copy, parallel_read
+    pinned = cupy.cuda.alloc_pinned_memory(16 << 20)
+    src = np.random.default_rng(1).integers(0, 255, 16 << 20, dtype=np.uint8)
+    start = lay.runs[0].file_offset
+    say("\nfills alone, 16 threads, 8 pieces per thread: us per call (GB/s)")
+    for mib in (1, 2, 4, 8, 16):
+        n = mib << 20
+        r = median_s(lambda: parallel_read(fd, [(pinned.ptr, start, n)], 16), reps=51)
+        c = median_s(lambda: parallel_copy(pinned.ptr, src.ctypes.data, n, 16, True, 8), reps=51)
+        say(f"  {mib:2d} MiB: file {r * 1e6:6.0f} ({n / r / 1e9:5.1f})   memory {c * 1e6:6.0f} "
+            f"({n / c / 1e9:5.1f})")
+
+
 def median_s(fn, reps=9):
     fn()
     times = []
@@ -170,6 +210,11 @@ def main(where):
             report(f"file upload (pread), {layout}", f.nbytes, upload, line, verbose)
             if verbose:
                 variants(f, lay, buf, upload, line)
+                fd = open_checked(f)
+                try:
+                    fills(fd, lay, line)
+                finally:
+                    os.close(fd)
             report(f"load_safetensors, {layout}", f.nbytes,
                    lambda: etptr.load_safetensors(path, "cuda:0", progress=False), line, False)
             overlap = ckpt_device.OVERLAP_MAX
@@ -187,6 +232,20 @@ def main(where):
                    lambda: etptr.h2d_copy(src, out), line, verbose)
             report(f"d2h_copy into memory, {f.nbytes / 1e6:.0f} MB", f.nbytes,
                    lambda: etptr.d2h_copy(out, src), line, verbose)
+            views = list(etptr.load_safetensors(path, "cpu").values())
+            cases = [("file upload", f.nbytes, upload),
+                     ("load_safetensors", f.nbytes,
+                      lambda: etptr.load_safetensors(path, "cuda:0", progress=False)),
+                     ("h2d_copy from memory", f.nbytes, lambda: etptr.h2d_copy(src, out)),
+                     ("clone_tensor_ptrs_to of the file's views", f.nbytes,
+                      lambda: etptr.clone_tensor_ptrs_to(views, "cuda:0"))]
+            if verbose:
+                small = [etptr.make_tensor_ptr(a) for a in
+                         np.random.default_rng(2).integers(0, 255, (4096, 16384), dtype=np.uint8)]
+                cases.append(("clone_tensor_ptrs_to of 4096 x 16 KiB", 4096 * 16384,
+                              lambda: etptr.clone_tensor_ptrs_to(small, "cuda:0")))
+            ramps(cases, line)
+            del views
             del buf, out, src, host
             os.unlink(path)
     finally:

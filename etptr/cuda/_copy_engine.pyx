@@ -268,6 +268,8 @@ cdef int64_t _MIN_CHUNK = 1 << 20      # smallest pipelined chunk
 cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in this many chunks
 cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
 cdef int _fill_pieces = FILL_PIECES    # pieces per copy thread of a slot's fill
+cdef int64_t _ramp_first = 0           # uploads of K slots or more: the first chunk's bytes
+cdef int _ramp_growth = 150            # (0: a slot), each next one this many percent of the last
 cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
 cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies up to this size: above it memcpy was
                                        # faster (bench/results/h200x2_chunking.txt)
@@ -290,6 +292,16 @@ def _set_fill_pieces(n):
 
 def _get_fill_pieces():
     return _fill_pieces
+
+
+def _set_ramp_up(first_bytes, growth_percent=150):
+    """Start uploads of K slots or more with a chunk of ``first_bytes`` (0: a whole slot),
+    each next chunk ``growth_percent`` percent of the one before (64 KiB multiples) up to
+    a slot, so that the first DMA starts after a short fill. For measurements
+    (bench/probe_timeline.py)."""
+    global _ramp_first, _ramp_growth
+    _ramp_first = c_int_arg(first_bytes, "first_bytes", 0, INT64_MAX)
+    _ramp_growth = <int>c_int_arg(growth_percent, "growth_percent", 101, 1000)
 
 
 def _set_streaming_stores(bint on):
@@ -377,6 +389,7 @@ cdef struct _Pipe:
     unsigned long long dev    # the device side
     int64_t nbytes
     int64_t chunk             # bytes per chunk (<= a slot)
+    int64_t first             # uploads: bytes of the first chunk (<= chunk; see _set_ramp_up)
     int k                     # slots
     int threads
     int device                # for messages
@@ -481,10 +494,9 @@ cdef inline void _drain(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept n
 cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
     """Chunk i: wait for its slot's previous DMA, fill the slot with ``threads`` threads,
     queue the slot's DMA and record the slot's event."""
-    cdef int64_t nchunks = _ceil_div(p.nbytes, p.chunk)
-    cdef int64_t i, off, m
+    cdef int64_t i = 0, off = 0, m, want = p.first
     cdef int j, rc
-    for i in range(nchunks):
+    while off < p.nbytes:
         j = <int>(i % p.k)
         if p.pending[j]:
             rc = api.event_sync(p.event[j])
@@ -492,8 +504,11 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
                 _pipe_failed(rc, p, True)
             p.pending[j] = False
         _mark(2, i)
-        off = i * p.chunk
-        m = _chunk_len(p, i)
+        m = p.nbytes - off if p.nbytes - off < want else want
+        if want < p.chunk:
+            want = ((want * _ramp_growth // 100) + 65535) & ~(<int64_t>65535)
+            if want > p.chunk:
+                want = p.chunk
         rc = _fill(p, p.slot[j], off, m)
         if rc != 0:
             _read_failed(rc, p, off)
@@ -505,13 +520,15 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
             _pipe_failed(rc, p, True)
         _mark(4, i)
         p.pending[j] = True
+        off += m
         if _hook_set or i % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
             _between_chunks(True, i)
+        i += 1
     if sync:
         rc = api.stream_sync(p.stream)
         if rc != 0:
             _pipe_failed(rc, p, True)
-        _mark(5, nchunks)
+        _mark(5, i)
         for j in range(p.k):
             p.pending[j] = False
     return 0
@@ -610,6 +627,9 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
     p.dev = dev_ptr
     p.nbytes = nbytes
     p.chunk = _chunk_bytes(nbytes, cfg)
+    p.first = p.chunk
+    if h2d and p.chunk == cfg.slot_bytes and 0 < _ramp_first < p.chunk:
+        p.first = _ramp_first
     nchunks = _ceil_div(nbytes, p.chunk)
     p.k = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
     p.threads = cfg.threads

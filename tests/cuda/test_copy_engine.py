@@ -79,6 +79,22 @@ def test_pipeline_chunks_through_slots(fake, pool):
     assert np.array_equal(h.numpy(), a)
 
 
+def test_ramp_up_starts_uploads_with_growing_chunks(fake):
+    a = _payload(2 * MiB + 100)
+    try:
+        _copy_engine._set_ramp_up(64 * 1024, 200)
+        with copy_config(**SMALL):
+            d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+            h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
+    finally:
+        _copy_engine._set_ramp_up(0)
+    KiB = 1024
+    ups = [c[2] for c in _h2d(fake)]
+    assert ups == [64 * KiB, 128 * KiB] + [256 * KiB] * 7 + [64 * KiB + 100]
+    assert [c[2] for c in _d2h(fake)] == [256 * KiB] * 8 + [100]      # downloads: whole slots
+    assert np.array_equal(h.numpy(), a)
+
+
 def test_trace_stamps_each_chunk_in_order():
     a = _payload(2 * MiB + 100)
     try:
