@@ -143,6 +143,7 @@ RAMPS = ((0, 150), (8 << 20, 150), (6 << 20, 140), (4 << 20, 150), (4 << 20, 200
 def ramps(cases, line):
     """Each case under each ramp of chunk sizes at the start of uploads: call time (the
     median of 9) and when the first DMA was queued."""
+    default = _copy_engine._get_ramp_up()
     say("\nramp (first chunk MiB, growth %): call us (GB/s, x line), first DMA queued us")
     for name, nbytes, fn in cases:
         cells = []
@@ -151,7 +152,7 @@ def ramps(cases, line):
             try:
                 total, trace = traced(fn)
             finally:
-                _copy_engine._set_ramp_up(0)
+                _copy_engine._set_ramp_up(*default)
             q = [ns for what, _, ns in trace if what == "queued"]
             first_q = (min(q) - trace[0][2]) / 1e3 if q else float("nan")
             cells.append(f"{first >> 20}/{growth}: {total * 1e6:.0f} ({nbytes / total / 1e9:.1f}, "

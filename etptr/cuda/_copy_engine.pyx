@@ -1,7 +1,9 @@
 """The host<->device copy engine: settings, per-device copy streams, the pipeline.
 
 Host -> device from pageable memory over the small-copy threshold goes in chunks
-through K pinned slots of S bytes: for chunk i the engine waits for slot i%K's
+through K pinned slots of S bytes (an upload of K slots or more starts with an 8 MiB
+chunk and grows by half each chunk up to S, so that its first DMA starts sooner):
+for chunk i the engine waits for slot i%K's
 event, T threads copy the chunk into the slot (without the GIL, non-temporal
 stores up to 64 MiB, :mod:`etptr._core._host_copy`), the slot's DMA is queued on
 the device's copy stream and the slot's event recorded, so the host copy of
@@ -268,8 +270,9 @@ cdef int64_t _MIN_CHUNK = 1 << 20      # smallest pipelined chunk
 cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in this many chunks
 cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
 cdef int _fill_pieces = FILL_PIECES    # pieces per copy thread of a slot's fill
-cdef int64_t _ramp_first = 0           # uploads of K slots or more: the first chunk's bytes
+cdef int64_t _ramp_first = 8 << 20     # uploads of K slots or more: the first chunk's bytes
 cdef int _ramp_growth = 150            # (0: a slot), each next one this many percent of the last
+                                       # (bench/results/h200_probe_timeline.txt)
 cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
 cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies up to this size: above it memcpy was
                                        # faster (bench/results/h200x2_chunking.txt)
@@ -297,11 +300,16 @@ def _get_fill_pieces():
 def _set_ramp_up(first_bytes, growth_percent=150):
     """Start uploads of K slots or more with a chunk of ``first_bytes`` (0: a whole slot),
     each next chunk ``growth_percent`` percent of the one before (64 KiB multiples) up to
-    a slot, so that the first DMA starts after a short fill. For measurements
-    (bench/probe_timeline.py)."""
+    a slot, so that the first DMA starts after a short fill. The default, 8 MiB and
+    150%, was measured with 16 MiB slots (bench/probe_timeline.py)."""
     global _ramp_first, _ramp_growth
     _ramp_first = c_int_arg(first_bytes, "first_bytes", 0, INT64_MAX)
     _ramp_growth = <int>c_int_arg(growth_percent, "growth_percent", 101, 1000)
+
+
+def _get_ramp_up():
+    """(first_bytes, growth_percent) in use; see _set_ramp_up."""
+    return _ramp_first, _ramp_growth
 
 
 def _set_streaming_stores(bint on):

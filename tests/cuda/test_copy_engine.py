@@ -81,17 +81,26 @@ def test_pipeline_chunks_through_slots(fake, pool):
 
 def test_ramp_up_starts_uploads_with_growing_chunks(fake):
     a = _payload(2 * MiB + 100)
+    default = _copy_engine._get_ramp_up()
+    assert default == (8 * MiB, 150)
     try:
         _copy_engine._set_ramp_up(64 * 1024, 200)
         with copy_config(**SMALL):
             d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
             h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
     finally:
-        _copy_engine._set_ramp_up(0)
+        _copy_engine._set_ramp_up(*default)
     KiB = 1024
     ups = [c[2] for c in _h2d(fake)]
     assert ups == [64 * KiB, 128 * KiB] + [256 * KiB] * 7 + [64 * KiB + 100]
     assert [c[2] for c in _d2h(fake)] == [256 * KiB] * 8 + [100]      # downloads: whole slots
+    fake.calls.clear()
+    with copy_config(**SMALL):                 # the default: 8 MiB, more than a slot here
+        etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+    assert [c[2] for c in _h2d(fake)] == [256 * KiB] * 8 + [100]
+    fake.calls.clear()
+    etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(_payload(64 * MiB)), "cuda")
+    assert [c[2] // MiB for c in _h2d(fake)] == [8, 12, 16, 16, 12]   # default slots
     assert np.array_equal(h.numpy(), a)
 
 
