@@ -148,7 +148,7 @@ def ramps(cases, line):
     for name, nbytes, fn in cases:
         cells = []
         for first, growth in RAMPS:
-            _copy_engine._set_ramp_up(first, growth)
+            _copy_engine._set_ramp_up(first, growth, 1 << 40)
             try:
                 total, trace = traced(fn)
             finally:

@@ -1,8 +1,8 @@
 """The host<->device copy engine: settings, per-device copy streams, the pipeline.
 
 Host -> device from pageable memory over the small-copy threshold goes in chunks
-through K pinned slots of S bytes (an upload of K slots or more starts with an 8 MiB
-chunk and grows by half each chunk up to S, so that its first DMA starts sooner):
+through K pinned slots of S bytes (an upload of K slots or more, up to 256 MiB, starts
+with an 8 MiB chunk and grows by half each chunk up to S: its first DMA starts sooner):
 for chunk i the engine waits for slot i%K's
 event, T threads copy the chunk into the slot (without the GIL, non-temporal
 stores up to 64 MiB, :mod:`etptr._core._host_copy`), the slot's DMA is queued on
@@ -271,8 +271,9 @@ cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in t
 cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
 cdef int _fill_pieces = FILL_PIECES    # pieces per copy thread of a slot's fill
 cdef int64_t _ramp_first = 8 << 20     # uploads of K slots or more: the first chunk's bytes
-cdef int _ramp_growth = 150            # (0: a slot), each next one this many percent of the last
-                                       # (bench/results/h200_probe_timeline.txt)
+cdef int _ramp_growth = 150            # (0: a slot), each next one this many percent of the last,
+cdef int64_t _ramp_max = 256 << 20     # in uploads up to this size (bench/results/
+                                       # h200_probe_timeline.txt: it paid up to there)
 cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
 cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies up to this size: above it memcpy was
                                        # faster (bench/results/h200x2_chunking.txt)
@@ -297,19 +298,21 @@ def _get_fill_pieces():
     return _fill_pieces
 
 
-def _set_ramp_up(first_bytes, growth_percent=150):
-    """Start uploads of K slots or more with a chunk of ``first_bytes`` (0: a whole slot),
-    each next chunk ``growth_percent`` percent of the one before (64 KiB multiples) up to
-    a slot, so that the first DMA starts after a short fill. The default, 8 MiB and
-    150%, was measured with 16 MiB slots (bench/probe_timeline.py)."""
-    global _ramp_first, _ramp_growth
+def _set_ramp_up(first_bytes, growth_percent=150, max_bytes=256 << 20):
+    """Start uploads of K slots or more, up to ``max_bytes``, with a chunk of
+    ``first_bytes`` (0: a whole slot), each next chunk ``growth_percent`` percent of the
+    one before (64 KiB multiples) up to a slot, so that the first DMA starts after a
+    short fill. The default, 8 MiB and 150% up to 256 MiB, was measured with 16 MiB
+    slots (bench/probe_timeline.py)."""
+    global _ramp_first, _ramp_growth, _ramp_max
     _ramp_first = c_int_arg(first_bytes, "first_bytes", 0, INT64_MAX)
     _ramp_growth = <int>c_int_arg(growth_percent, "growth_percent", 101, 1000)
+    _ramp_max = c_int_arg(max_bytes, "max_bytes", 0, INT64_MAX)
 
 
 def _get_ramp_up():
-    """(first_bytes, growth_percent) in use; see _set_ramp_up."""
-    return _ramp_first, _ramp_growth
+    """(first_bytes, growth_percent, max_bytes) in use; see _set_ramp_up."""
+    return _ramp_first, _ramp_growth, _ramp_max
 
 
 def _set_streaming_stores(bint on):
@@ -636,7 +639,7 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
     p.nbytes = nbytes
     p.chunk = _chunk_bytes(nbytes, cfg)
     p.first = p.chunk
-    if h2d and p.chunk == cfg.slot_bytes and 0 < _ramp_first < p.chunk:
+    if h2d and p.chunk == cfg.slot_bytes and 0 < _ramp_first < p.chunk and nbytes <= _ramp_max:
         p.first = _ramp_first
     nchunks = _ceil_div(nbytes, p.chunk)
     p.k = <int>(cfg.slots if cfg.slots < nchunks else nchunks)

@@ -82,7 +82,7 @@ def test_pipeline_chunks_through_slots(fake, pool):
 def test_ramp_up_starts_uploads_with_growing_chunks(fake):
     a = _payload(2 * MiB + 100)
     default = _copy_engine._get_ramp_up()
-    assert default == (8 * MiB, 150)
+    assert default == (8 * MiB, 150, 256 * MiB)
     try:
         _copy_engine._set_ramp_up(64 * 1024, 200)
         with copy_config(**SMALL):
@@ -101,6 +101,13 @@ def test_ramp_up_starts_uploads_with_growing_chunks(fake):
     fake.calls.clear()
     etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(_payload(64 * MiB)), "cuda")
     assert [c[2] // MiB for c in _h2d(fake)] == [8, 12, 16, 16, 12]   # default slots
+    fake.calls.clear()
+    try:
+        _copy_engine._set_ramp_up(8 * MiB, 150, 63 * MiB)     # larger copies: whole slots
+        etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(_payload(64 * MiB)), "cuda")
+    finally:
+        _copy_engine._set_ramp_up(*default)
+    assert [c[2] // MiB for c in _h2d(fake)] == [16] * 4
     assert np.array_equal(h.numpy(), a)
 
 
