@@ -85,8 +85,11 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
                      pinned: bool = False) -> dict[str, TensorPtr]:
     """Load a safetensors checkpoint as TensorPtrs.
 
-    Every header is read and checked first; nothing is mapped or allocated
-    until the whole checkpoint has passed.
+    Every header is read and checked first, and nothing is mapped or
+    allocated until the whole checkpoint has passed, except for one file of up
+    to 256 MiB of data loaded whole onto CUDA: its data section goes up while
+    its header is checked (a malformed header then raises once that copy is
+    complete, after giving its device memory back).
 
     Parameters
     ----------
