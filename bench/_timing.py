@@ -1,5 +1,6 @@
 """Helpers shared by the measurement scripts in bench/ (run as ``python bench/<script>.py``):
-a log that is printed as it goes and kept for an output file, and median wall times."""
+a log that is printed as it goes and kept for an output file, median wall times, and a
+checkpoint file's upload alone."""
 import statistics
 import time
 
@@ -46,3 +47,26 @@ def write_log(path):
     """Write every line said so far to ``path``."""
     with open(path, "w") as f:
         f.write("\n".join(LINES) + "\n")
+
+
+def file_uploader(plan, buf):
+    """A call that uploads the file of ``plan`` (a FilePlan) into the DeviceMemoryBuffer
+    ``buf`` laid out as the loader lays it out, as ``load_safetensors`` does it (the
+    copy threads read the file into the pinned slots), with nothing else of a load."""
+    import os
+
+    import etptr
+    from etptr.checkpoint._host import open_checked
+    from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
+    alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
+    pieces = [(r.file_offset, r.buffer_offset, r.nbytes)
+              for r in layout_file(plan, DEVICE_ALIGNMENT).runs]
+
+    def upload():
+        fd = open_checked(plan)
+        try:
+            alloc.copy_file_to_device(buf.data_ptr, fd, pieces, buf.device.index)
+        finally:
+            os.close(fd)
+
+    return upload

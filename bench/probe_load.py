@@ -16,11 +16,11 @@ import etptr
 from etptr._core._device import as_device
 from etptr.bench._layouts import write_layout
 from etptr.checkpoint._device import DEVICE_ALIGNMENT, DeviceMemoryBuffer
-from etptr.checkpoint._host import map_file, open_checked
+from etptr.checkpoint._host import map_file
 from etptr.checkpoint._layout import layout_file
 from etptr.checkpoint._plan import read_plan
 
-from _timing import median_seconds, pinned_line_gbps
+from _timing import file_uploader, median_seconds, pinned_line_gbps
 
 
 def med(f):
@@ -53,17 +53,7 @@ def main(name, where):
     outs = [buf.tensor(r.buffer_offset, [r.nbytes], etptr.ScalarType.Byte) for r in lay.runs]
     print("  views                 ", gbps(med(lambda: buf._views(
         lay.offsets, [t.shape for t in f.tensors], [t.scalar_type for t in f.tensors]))))
-    alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
-    pieces = [(r.file_offset, r.buffer_offset, r.nbytes) for r in lay.runs]
-
-    def upload():
-        fd = open_checked(f)
-        try:
-            alloc.copy_file_to_device(buf.data_ptr, fd, pieces, 0)
-        finally:
-            os.close(fd)
-
-    print("  upload (pread)        ", gbps(med(upload)))
+    print("  upload (pread)        ", gbps(med(file_uploader(f, buf))))
 
     def copy_fresh():
         m = map_file(f)

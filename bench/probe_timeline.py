@@ -28,7 +28,7 @@ from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
 from etptr.checkpoint._plan import read_plan
 from etptr.cuda import _copy_engine, copy_config
 
-from _timing import pinned_line_gbps, say, write_log
+from _timing import file_uploader, median_seconds, pinned_line_gbps, say, write_log
 
 
 def traced(fn, reps=9):
@@ -116,7 +116,7 @@ def variants(f, lay, buf, upload, line):
     try:
         segs = [(pinned.ptr + r.buffer_offset, r.file_offset, r.nbytes) for r in lay.runs]
         for threads in (8, 16):
-            s = median_s(lambda: parallel_read(fd, segs, threads))
+            s = median_seconds(lambda: parallel_read(fd, segs, threads), 9)
             say(f"\nthe file read into pinned memory alone, {threads} threads: "
                 f"{s * 1e6:.0f} us ({n / s / 1e9:.1f} GB/s)")
     finally:
@@ -131,7 +131,7 @@ def variants(f, lay, buf, upload, line):
         stream.synchronize()
 
     for chunk in (n, 16 << 20, 4 << 20):
-        s = median_s(lambda: dma(chunk))
+        s = median_seconds(lambda: dma(chunk), 9)
         say(f"DMA alone from pinned memory in {-(-n // chunk)} copies: {s * 1e6:.0f} us "
             f"({n / s / 1e9:.1f} GB/s)")
 
@@ -171,27 +171,17 @@ def fills(fd, lay, line):
     say("\nfills alone, 16 threads, 8 pieces per thread: us per call (GB/s)")
     for mib in (1, 2, 4, 8, 16):
         n = mib << 20
-        r = median_s(lambda: parallel_read(fd, [(pinned.ptr, start, n)], 16), reps=51)
-        c = median_s(lambda: parallel_copy(pinned.ptr, src.ctypes.data, n, 16, True, 8), reps=51)
+        r = median_seconds(lambda: parallel_read(fd, [(pinned.ptr, start, n)], 16), 51)
+        c = median_seconds(
+            lambda: parallel_copy(pinned.ptr, src.ctypes.data, n, 16, True, 8), 51)
         say(f"  {mib:2d} MiB: file {r * 1e6:6.0f} ({n / r / 1e9:5.1f})   memory {c * 1e6:6.0f} "
             f"({n / c / 1e9:5.1f})")
-
-
-def median_s(fn, reps=9):
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main(where):
     line = pinned_line_gbps(reps=7, warmup=1)
     say(f"line (pinned 256 MiB): {line:.1f} GB/s")
     d = tempfile.mkdtemp(dir=where)
-    alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
     try:
         for layout, verbose in (("all-minilm-l6-v2", True), ("qwen2.5-0.5b", False)):
             path = write_layout(layout, d)
@@ -199,15 +189,7 @@ def main(where):
             lay = layout_file(f, DEVICE_ALIGNMENT)
             buf = etptr.DeviceMemoryBuffer.create(lay.nbytes, "cuda:0",
                                                   alignment=DEVICE_ALIGNMENT)
-            pieces = [(r.file_offset, r.buffer_offset, r.nbytes) for r in lay.runs]
-
-            def upload():
-                fd = open_checked(f)
-                try:
-                    alloc.copy_file_to_device(buf.data_ptr, fd, pieces, 0)
-                finally:
-                    os.close(fd)
-
+            upload = file_uploader(f, buf)
             report(f"file upload (pread), {layout}", f.nbytes, upload, line, verbose)
             if verbose:
                 variants(f, lay, buf, upload, line)
