@@ -334,12 +334,21 @@ def _set_chunk_hook(hook):
 
 
 # A timeline of pipelined copies, for measurements (bench/probe_timeline.py): while on,
-# each copy's steps are stamped (CLOCK_MONOTONIC, ns) into a fixed table; one copy at a
-# time is meant to run while it is on.
+# each copy's steps are stamped (CLOCK_MONOTONIC, ns) into a fixed table. Each stamp
+# claims its row atomically, so copies in several threads cannot write past the table;
+# their rows interleave (one copy at a time gives one timeline).
+cdef extern from *:
+    """
+    static inline long long etptr_trace_claim(long long* n) {
+        return __atomic_fetch_add(n, 1, __ATOMIC_RELAXED);
+    }
+    """
+    long long etptr_trace_claim(long long* n) noexcept nogil
+
 cdef enum:
     _TRACE_MAX = 8192
 cdef bint _trace_on = False
-cdef int _trace_n = 0
+cdef long long _trace_n = 0
 cdef int _trace_what[_TRACE_MAX]
 cdef int64_t _trace_chunk[_TRACE_MAX]
 cdef int64_t _trace_ns[_TRACE_MAX]
@@ -348,15 +357,17 @@ _TRACE_NAMES = ("begin", "slots", "waited", "copied", "queued", "synced")
 
 cdef inline void _mark(int what, int64_t i) noexcept nogil:
     """Stamp step ``what`` (an index of _TRACE_NAMES) of chunk ``i``."""
-    global _trace_n
     cdef timespec ts
-    if not _trace_on or _trace_n >= _TRACE_MAX:
+    cdef long long row
+    if not _trace_on:
         return
+    row = etptr_trace_claim(&_trace_n)
+    if row < 0 or row >= _TRACE_MAX:
+        return                  # the table is full
     clock_gettime(CLOCK_MONOTONIC, &ts)
-    _trace_what[_trace_n] = what
-    _trace_chunk[_trace_n] = i
-    _trace_ns[_trace_n] = <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
-    _trace_n += 1
+    _trace_what[row] = what
+    _trace_chunk[row] = i
+    _trace_ns[row] = <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 def _set_trace(bint on):
@@ -368,10 +379,11 @@ def _set_trace(bint on):
 
 
 def _take_trace():
-    """The stamps so far, as [(step name, chunk, ns)], and clear the table."""
+    """The stamps so far (at most the table's 8192), as [(step name, chunk, ns)], and
+    clear the table. Take it once the traced copies have returned."""
     global _trace_n
-    out = [(_TRACE_NAMES[_trace_what[i]], _trace_chunk[i], _trace_ns[i])
-           for i in range(_trace_n)]
+    cdef long long n = _trace_n if _trace_n < _TRACE_MAX else _TRACE_MAX
+    out = [(_TRACE_NAMES[_trace_what[i]], _trace_chunk[i], _trace_ns[i]) for i in range(n)]
     _trace_n = 0
     return out
 

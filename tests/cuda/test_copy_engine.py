@@ -140,6 +140,22 @@ def test_trace_stamps_each_chunk_in_order():
     assert _copy_engine._take_trace() == []       # off: nothing stamped
 
 
+def test_trace_keeps_its_first_rows_when_full():
+    a = _payload(48 * MiB)
+    try:
+        with copy_config(threads=2, slot_bytes=16 * 1024, slots=3, small_copy_bytes=4096):
+            _copy_engine._set_trace(True)
+            etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")   # 3072 chunks
+            _copy_engine._set_trace(False)
+    finally:
+        _copy_engine._set_trace(False)
+    rows = _copy_engine._take_trace()
+    assert len(rows) == 8192                          # 2 + 3 * 3072 + 1 stamps made
+    assert rows[:3] == [("begin", 3072, rows[0][2]), ("slots", 16 * 1024, rows[1][2]),
+                        ("waited", 0, rows[2][2])]
+    assert _copy_engine._take_trace() == []
+
+
 def test_page_locked_source_goes_in_one_dma(fake):
     src = etptr.empty([3 * MiB], etptr.ScalarType.Byte, pinned=True)
     src.numpy()[:] = _payload(3 * MiB)
