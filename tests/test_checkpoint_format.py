@@ -721,3 +721,45 @@ def test_tensor_entry_checks_its_offsets_and_keeps_python_ints():
     match e:
         case TensorEntry(name, st, shape, begin, end):
             assert (name, st, shape, begin, end) == ("w", ScalarType.Float, (2,), 0, 8)
+
+
+# ------------------------------------------------------------------ the layout hint
+
+@pytest.mark.parametrize("seed", range(12))
+def test_offsets_hint_agrees_with_the_layout(tmp_path, seed):
+    # offsets_aligned (read from the bytes, unchecked) says True exactly where the
+    # checked header's device layout is the file's own
+    from etptr.checkpoint._format import _read_header_bytes
+    from etptr.checkpoint._header_scan import offsets_aligned
+    from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
+    rng = np.random.default_rng(seed)
+    codes = list(DTYPES)
+    arrays = {}
+    for i in range(int(rng.integers(1, 8))):
+        code = codes[int(rng.integers(len(codes)))]
+        shape = tuple(int(d) for d in rng.choice([0, 1, 3, 16, 64, 128], int(rng.integers(0, 3))))
+        arrays[f"t{i}"] = random_array(code, shape, rng)
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(reference_serialize(arrays))
+    plan = parse_header(path)
+    layout = layout_file(plan, DEVICE_ALIGNMENT)
+    own = plan.data_size == 0 or (len(layout.runs) == 1 and layout.runs[0].buffer_offset == 0
+                                  and layout.nbytes == plan.data_size)
+    raw = _read_header_bytes(Path(path))[0]
+    assert offsets_aligned(raw, DEVICE_ALIGNMENT) is own
+
+
+@pytest.mark.parametrize("raw, aligned", [
+    (b'{"a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}}', False),
+    (b'{"a":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}}', True),         # no bytes
+    (b'{"a":{"data_offsets" : [ 512 , 1024 ]},"b":{"data_offsets":[1024,1030]}}', True),
+    (b'{"a":{"data_offsets":[512,1024]},"b":{"data_offsets":[1030,1040]}}', False),
+    (b'{"a":{"data_offsets":[1.5e3,2000]}}', True),                           # unread
+    (b'"data_offsets', True),
+    (b'', True),
+])
+def test_offsets_hint_cases(raw, aligned):
+    from etptr.checkpoint._header_scan import offsets_aligned
+    assert offsets_aligned(raw, 256) is aligned
+    with pytest.raises(etptr.InvalidArgumentError, match="alignment=0"):
+        offsets_aligned(raw, 0)

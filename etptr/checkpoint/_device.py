@@ -15,13 +15,14 @@ allocator the runs go up from a read-only ``mmap`` of the file as one batched
 are views of the buffer, made while the last DMAs run (the copy threads have
 read the whole file by then); its memory returns when the last one dies.
 
-A whole file of up to :data:`OVERLAP_MAX` bytes of data goes up before its
-header is checked (:func:`load_file_overlapped`): its data section is copied as
-it lies in the file, and the header is checked, laid out and viewed while the
-last DMAs run. Where the layout turns out not to be the file's own (a tensor
-at an offset that is not a multiple of 256 bytes), that buffer is given back
-and the file loads the usual way; a malformed header raises once the copy is
-complete, with the buffer given back.
+A whole file of up to :data:`OVERLAP_MAX` bytes of data whose header puts every
+tensor at a multiple of 256 bytes (read from the header's bytes, unchecked) goes
+up before its header is checked (:func:`load_file_overlapped`): its data section
+is copied as it lies in the file, and the header is checked, laid out and
+viewed while the last DMAs run. Where the layout turns out not to be the file's
+own after all, that buffer is given back and the file loads the usual way; a
+malformed header raises once the copy is complete, with the buffer given back
+(and before any error of the allocation or the copy).
 
 Saving: the output file is mapped; device tensors come down in groups of up to
 64 MiB, each group one batched ``d2h_copy`` whose copy threads write the bytes
@@ -46,6 +47,7 @@ from etptr._core._scalar_type import ScalarType
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import FilePlan, _read_header_bytes, plan_from_header
+from etptr.checkpoint._header_scan import offsets_aligned
 from etptr.checkpoint._host import check_unchanged, map_file, open_checked
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, CopyRun, layout_file
 from etptr.checkpoint._plan import CheckpointPlan
@@ -204,16 +206,19 @@ def load_file_overlapped(path: Path, device: Device,
         nothing is kept, and the caller loads the plan the usual way.
     None
         The file is not loaded this way: the device's allocator is not the
-        ``CudaAllocator``, or the data section is empty or over OVERLAP_MAX.
+        ``CudaAllocator``, the data section is empty or over OVERLAP_MAX, or the
+        header's offsets show another layout
+        (:func:`~etptr.checkpoint._header_scan.offsets_aligned`).
 
     Raises
     ------
     CheckpointError
         As :func:`~etptr.checkpoint._format.parse_header` (a malformed header
-        once the copy is complete), or the file changed while it was read;
-        nothing stays allocated.
+        once the copy is complete, also where the allocation or the copy
+        failed first), or the file changed while it was read; nothing stays
+        allocated.
     MemoryAllocationError
-        Device memory ran out.
+        Device memory ran out (and the header is well formed).
     """
     try:
         alloc = get_device_allocator(device.type)
@@ -224,8 +229,8 @@ def load_file_overlapped(path: Path, device: Device,
     raw, size, identity = _read_header_bytes(path)
     data_offset = 8 + len(raw)
     data_size = size - data_offset
-    if not 0 < data_size <= OVERLAP_MAX:
-        return None
+    if not 0 < data_size <= OVERLAP_MAX or not offsets_aligned(raw, DEVICE_ALIGNMENT):
+        return None                  # (another layout: the copy would be made twice)
     whole = CopyRun(data_offset, 0, data_size)
     found: list[FilePlan] = []
     views: list[TensorPtr] = []
@@ -255,8 +260,15 @@ def load_file_overlapped(path: Path, device: Device,
                 if report is not None:
                     report(data_size, data_size)
             return dict(zip([t.name for t in found[0].tensors], views))
-    except BaseException:
+    except BaseException as exc:
         views.clear()                # a traceback keeps this frame: let go of the buffer
+        if isinstance(exc, Exception) and not found:
+            # failed before the header was checked (device memory, the copy, the file):
+            # a malformed header is the error, as where the header is checked first
+            try:
+                plan_from_header(path, raw, size, identity)
+            except CheckpointError as bad:
+                raise bad from None
         raise
     finally:
         os.close(fd)

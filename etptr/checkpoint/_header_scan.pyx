@@ -261,6 +261,42 @@ cdef dict _metadata(_Cursor* c):
         return out if _take(c, 125) else None
 
 
+def offsets_aligned(bytes raw, int64_t alignment):
+    """Whether every ``"data_offsets": [begin, end]`` in the header bytes ``raw`` with
+    ``begin < end`` has ``begin % alignment == 0`` (``alignment`` > 0, bytes): then a
+    checked header lays its file out as the device layout. A hint read without
+    checking the header; True where it cannot tell (offsets it does not read).
+
+    Raises
+    ------
+    InvalidArgumentError
+        ``alignment`` is not positive.
+    """
+    cdef const unsigned char* key = <const unsigned char*>b'"data_offsets"'
+    cdef Py_ssize_t klen = 14, i
+    cdef _Cursor c
+    cdef int64_t begin, end
+    if alignment <= 0:
+        raise_error(Error.InvalidArgument, f"alignment={alignment}: must be positive")
+    c.p = <const unsigned char*><const char*>raw
+    c.end = c.p + len(raw)
+    while c.end - c.p >= klen:
+        if c.p[0] != 34:                  # '"'
+            c.p += 1
+            continue
+        for i in range(1, klen):
+            if c.p[i] != key[i]:
+                break
+        else:
+            c.p += klen
+            if _take(&c, 58) and _take(&c, 91) and _uint(&c, &begin) and _take(&c, 44) \
+                    and _uint(&c, &end) and begin < end and begin % alignment:
+                return False
+            continue
+        c.p += 1
+    return True
+
+
 def _file_order(TensorEntry e):
     return (e.begin, e.end, e.name)
 

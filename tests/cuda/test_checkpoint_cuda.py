@@ -11,6 +11,7 @@ import etptr
 from etptr import ScalarType as ST
 from etptr.checkpoint import CheckpointError
 from etptr.checkpoint import _device as ckpt_device
+from etptr.checkpoint._layout import layout_file
 from etptr.cuda import _copy_engine, copy_config
 
 from _checkpoint_helpers import DTYPES, open_fds, random_array, raw_bytes, reference_serialize
@@ -198,9 +199,33 @@ def test_an_aligned_file_goes_up_before_its_header_is_checked(tmp_path, monkeypa
     assert device_used() == before
 
 
-def test_a_file_with_another_layout_is_loaded_from_the_header_already_checked(
+def test_a_file_with_another_layout_goes_up_once(tmp_path, fake, device_used):
+    # its header's offsets show that tensors move to 256-byte multiples: no overlap
+    path, arrays = _file(tmp_path, ["F32", "I8"])
+    before = device_used()
+    out = etptr.load_safetensors(path, "cuda:0", progress=False)
+    up = sum(c[2] for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 1)
+    layout = layout_file(etptr.checkpoint.parse_header(path))
+    assert len(layout.runs) > 1
+    assert up == layout.nbytes                    # the device range once, gaps and all
+    _check_loaded(out, arrays)
+    del out
+    assert device_used() == before
+
+
+def _write_header(path, header, data):
+    path.write_bytes(len(header).to_bytes(8, "little") + header + data)
+
+
+def test_a_file_whose_hint_is_wrong_is_loaded_from_the_header_already_checked(
         tmp_path, monkeypatch, device_used):
-    path, arrays = _file(tmp_path, ["F32", "I8"])     # odd sizes: tensors move to 256 B
+    # "data\u005foffsets" is data_offsets to JSON but not to the hint, which sees only
+    # a's aligned offsets: the upload starts, and the layout then shows b at byte 4
+    path = tmp_path / "escaped.safetensors"
+    header = (b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
+              b'"b":{"dtype":"F32","shape":[64],"data\\u005foffsets":[4,260]}}')
+    data = np.arange(65, dtype=np.float32)
+    _write_header(path, header, data.tobytes())
     before = device_used()
     reads = []
     real = ckpt_device.plan_from_header
@@ -213,8 +238,8 @@ def test_a_file_with_another_layout_is_loaded_from_the_header_already_checked(
     progress = []
     out = etptr.load_safetensors(path, "cuda:0", progress=lambda d, t: progress.append((d, t)))
     assert reads == [1] and usual == [1]
-    assert progress[-1][0] == progress[-1][1] and len(progress) == 1
-    _check_loaded(out, arrays)
+    assert progress == [(260, 260)]
+    _check_loaded(out, {"a": data[:1], "b": data[1:]})
     del out
     assert device_used() == before
 
@@ -227,7 +252,7 @@ def test_a_file_with_another_layout_is_loaded_from_the_header_already_checked(
 def test_a_malformed_header_is_refused_once_the_copy_is_done(tmp_path, header, match,
                                                              device_used, pool):
     path = tmp_path / "bad.safetensors"
-    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(256))
+    _write_header(path, header, bytes(256))
     with pytest.raises(CheckpointError, match=match) as want:
         etptr.checkpoint.parse_header(path)
     before = device_used()
@@ -237,6 +262,34 @@ def test_a_malformed_header_is_refused_once_the_copy_is_done(tmp_path, header, m
     assert str(got.value) == str(want.value)
     del got
     assert device_used() == before
+    assert open_fds() == fds
+    assert pool.stats()["in_use_bytes"] == 0
+
+
+def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, pool):
+    # the upload starts before the header is checked: a full device or a failing copy
+    # must not hide the header's error
+    path = tmp_path / "bad.safetensors"
+    _write_header(path, b'{"w":{"dtype":"F32","shape":[9],"data_offsets":[0,4096]}}',
+                  bytes(4096))
+    with pytest.raises(CheckpointError, match="needs 36 bytes") as want:
+        etptr.checkpoint.parse_header(path)
+    fds = open_fds()
+    hog = etptr.empty([(1 << 30) - 2048], type=ST.Byte, device="cuda:0")   # the fake's 1 GiB
+    with pytest.raises(CheckpointError) as got:
+        etptr.load_safetensors(path, "cuda:0", progress=False)
+    assert str(got.value) == str(want.value)
+    del hog
+    fake.fail_memcpy_after = 0
+    try:
+        with pytest.raises(CheckpointError) as got:
+            etptr.load_safetensors(path, "cuda:0", progress=False)
+    finally:
+        fake.fail_memcpy_after = None
+    assert str(got.value) == str(want.value)
+    with pytest.raises(CheckpointError) as got:
+        etptr.load_safetensors(path, "cuda:7", progress=False)
+    assert str(got.value) == str(want.value)
     assert open_fds() == fds
     assert pool.stats()["in_use_bytes"] == 0
 
@@ -354,7 +407,7 @@ def test_copy_file_to_device_refuses_a_bad_on_queued(tmp_path, alloc, kw):
     dev = etptr.zeros([4096], type=ST.Byte, device="cuda:0")
     fd = os.open(path, os.O_RDONLY)
     try:
-        with pytest.raises(etptr.InvalidArgumentError, match="on_queued="):
+        with pytest.raises(etptr.InvalidArgumentError, match=r"on_queued \(a "):
             alloc.copy_file_to_device(dev.data_ptr, fd, [(0, 0, 4096)], 0, **kw)
     finally:
         os.close(fd)
