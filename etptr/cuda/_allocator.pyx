@@ -394,8 +394,8 @@ cdef class CudaAllocator(DeviceAllocator):
                 raise MemoryError()
             if on_queued is not None and (stream is not None or not callable(on_queued)):
                 raise_error(Error.InvalidArgument,
-                            f"on_queued={on_queued!r:.80}: expected a callable, and only with "
-                            f"stream=None (given stream={stream!r:.80})")
+                            f"on_queued (a {type(on_queued).__name__}): expected a callable, "
+                            f"and only with stream=None (given a {type(stream).__name__})")
             for i in range(count):
                 item = items[i]
                 if not isinstance(item, (tuple, list)) or len(item) != 3:

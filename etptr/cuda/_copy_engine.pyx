@@ -352,6 +352,8 @@ cdef long long _trace_n = 0
 cdef int _trace_what[_TRACE_MAX]
 cdef int64_t _trace_chunk[_TRACE_MAX]
 cdef int64_t _trace_ns[_TRACE_MAX]
+# The steps, and what a stamp's number is: begin (the copy's bytes), slots (the chunk
+# size), waited / copied / queued (the chunk's index), synced (the number of chunks).
 _TRACE_NAMES = ("begin", "slots", "waited", "copied", "queued", "synced")
 
 
@@ -659,7 +661,7 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
     p.device = dev
     p.stream_stores = _stream_h2d and nbytes <= _STREAM_MAX
     p.stream = <void*>s
-    _mark(0, nchunks)
+    _mark(0, nbytes)
     epoch = c_copy_begin(p.threads)      # wakes the copy threads while the slots are found
     try:
         try:

@@ -126,7 +126,7 @@ def test_trace_stamps_each_chunk_in_order():
         _copy_engine._set_trace(False)
     assert np.array_equal(h.numpy(), a)
     steps = [(what, i) for what, i, _ in up]
-    assert steps[:2] == [("begin", 9), ("slots", 256 * 1024)]
+    assert steps[:2] == [("begin", a.nbytes), ("slots", 256 * 1024)]
     assert steps[2:-1] == [(w, i) for i in range(9) for w in ("waited", "copied", "queued")]
     assert steps[-1] == ("synced", 9)
     times = [ns for *_, ns in up]
@@ -151,7 +151,7 @@ def test_trace_keeps_its_first_rows_when_full():
         _copy_engine._set_trace(False)
     rows = _copy_engine._take_trace()
     assert len(rows) == 8192                          # 2 + 3 * 3072 + 1 stamps made
-    assert rows[:3] == [("begin", 3072, rows[0][2]), ("slots", 16 * 1024, rows[1][2]),
+    assert rows[:3] == [("begin", a.nbytes, rows[0][2]), ("slots", 16 * 1024, rows[1][2]),
                         ("waited", 0, rows[2][2])]
     assert _copy_engine._take_trace() == []
 
