@@ -295,3 +295,37 @@ def test_load_refuses_a_file_replaced_between_header_and_mapping(tmp_path, monke
     back = etptr.load_safetensors(path, "cpu")
     assert back["a"].scalar_type == etptr.ScalarType.Int
     assert back["b"].numpy().tolist() == [1.5, 1.5]
+
+
+# A rewrite in place that then set the modification time back (as cp -p and rsync -t do)
+# kept the size, inode and mtime the header was read with: the new bytes were read with
+# the old header. The status-change time, which cannot be set back, tells it now.
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_load_refuses_a_file_rewritten_in_place_with_its_mtime_restored(tmp_path, monkeypatch,
+                                                                       device):
+    import os
+    import time
+    from etptr.checkpoint import _device, _load
+    path = tmp_path / "m.safetensors"
+    etptr.save_safetensors({"a": etptr.full([64], 1.5)}, path)
+    where = _load if device == "cpu" else _device
+    real = where.map_file
+
+    def rewrite_then_map(plan):
+        st = os.stat(path)
+        time.sleep(0.01)                    # a ctime that differs on coarse clocks too
+        with open(path, "r+b") as f:
+            f.seek(st.st_size - 8)
+            f.write(b"\x00" * 8)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert os.stat(path).st_mtime_ns == st.st_mtime_ns
+        return real(plan)
+
+    monkeypatch.setattr(where, "map_file", rewrite_then_map)
+    alloc = HostDeviceAllocator()
+    with use_allocator(alloc):
+        with pytest.raises(etptr.CheckpointError, match="the file changed"):
+            etptr.load_safetensors(path, device)
+        assert alloc.live_bytes == 0

@@ -45,6 +45,8 @@ __all__ = [
 
 #: The largest header the format allows, in bytes (the reference reader's limit).
 MAX_HEADER_BYTES = 100_000_000
+#: (st_dev, st_ino, st_mtime_ns, st_ctime_ns): see :func:`file_identity`.
+FileIdentity = tuple[int, int, int, int]
 
 #: safetensors dtype name -> the ScalarType etptr gives the tensor.
 SAFETENSORS_DTYPES: dict[str, ScalarType] = {
@@ -126,8 +128,9 @@ class FilePlan:
     metadata : dict of str to str, or None
         The header's ``__metadata__``, when it has one.
     identity : tuple of int, or None
-        ``(st_dev, st_ino, st_mtime_ns)`` of the file whose header was read: the
-        file mapped later must be that one, not another renamed over the path.
+        ``(st_dev, st_ino, st_mtime_ns, st_ctime_ns)`` of the file whose header
+        was read (:func:`file_identity`): the file read later must be that one,
+        not another renamed over the path nor the same one rewritten.
     """
 
     path: Path
@@ -136,7 +139,7 @@ class FilePlan:
     data_size: int
     tensors: tuple[TensorEntry, ...]
     metadata: dict[str, str] | None = None
-    identity: tuple[int, int, int] | None = None
+    identity: FileIdentity | None = None
 
     @property
     def nbytes(self) -> int:
@@ -199,13 +202,15 @@ def _pread_exact(fd: int, nbytes: int, offset: int, path: Path) -> bytes:
     return b"".join(chunks)
 
 
-def file_identity(st: os.stat_result) -> tuple[int, int, int]:
+def file_identity(st: os.stat_result) -> FileIdentity:
     """What tells one file at a path from another put there later (by a rename, or a
-    rewrite in place): device, inode and modification time."""
-    return (st.st_dev, st.st_ino, st.st_mtime_ns)
+    rewrite in place): device, inode, modification time and status-change time. The
+    last cannot be set back, so a rewrite that restores the modification time
+    (``cp -p``, ``rsync -t``) shows too; a chmod or a new hard link shows as well."""
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
 
-def _read_header_bytes(path: Path) -> tuple[bytes, int, tuple[int, int, int]]:
+def _read_header_bytes(path: Path) -> tuple[bytes, int, FileIdentity]:
     """``(header JSON bytes, file size, file identity)``; every failure is a CheckpointError."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -391,7 +396,7 @@ def parse_header(path: str | os.PathLike[str]) -> FilePlan:
 
 
 def plan_from_header(path: Path, raw: bytes, size: int,
-                     identity: tuple[int, int, int] | None) -> FilePlan:
+                     identity: FileIdentity | None) -> FilePlan:
     """The checked plan of the file ``path`` from its header bytes ``raw`` (read with
     its size and identity by ``_read_header_bytes``); the errors of :func:`parse_header`
     that concern the header's contents."""
