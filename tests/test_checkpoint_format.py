@@ -763,3 +763,16 @@ def test_offsets_hint_cases(raw, aligned):
     assert offsets_aligned(raw, 256) is aligned
     with pytest.raises(etptr.InvalidArgumentError, match="alignment=0"):
         offsets_aligned(raw, 0)
+
+
+def test_messages_show_huge_values_cut_short(tmp_path):
+    deep = [0]
+    for _ in range(200):
+        deep = [deep]
+    long = {"a": {"dtype": "X" * 100_000, "shape": [1], "data_offsets": [0, 4]},
+            "b": {"dtype": "F32", "shape": deep, "data_offsets": [4, 8]}}
+    for name, value in long.items():
+        path = write_raw(tmp_path / f"{name}.safetensors", {name: value}, bytes(4))
+        with pytest.raises(CheckpointError) as info:
+            parse_header(path)
+        assert len(str(info.value)) < 400 and f"tensor {name!r}" in str(info.value)

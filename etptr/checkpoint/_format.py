@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import reprlib
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,15 @@ class FilePlan:
         return sum(t.nbytes for t in self.tensors)
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxdict, _REPR.maxstring, _REPR.maxother = 4, 8, 8, 60, 60
+
+
+def _show(value: object) -> str:
+    """``repr(value)``, cut short for a message (a header's value may be huge or deep)."""
+    return _REPR.repr(value)
+
+
 def _fail(path: Path, message: str, tensor: str | None = None) -> NoReturn:
     where = f"{path}: " if tensor is None else f"{path}: tensor {tensor!r}: "
     raise CheckpointError(where + message)
@@ -266,16 +276,16 @@ def _decode(path: Path, raw: bytes) -> dict[str, Any]:
 
 def _check_shape(path: Path, name: str, shape: object) -> tuple[int, ...]:
     if not isinstance(shape, list):
-        _fail(path, f"shape {shape!r} is not a list of ints", name)
+        _fail(path, f"shape {_show(shape)} is not a list of ints", name)
     if len(shape) > _MAX_DIMS:
         _fail(path, f"shape has {len(shape)} dims, more than the {_MAX_DIMS} a tensor may have",
               name)
     nonzero = 1
     for d in shape:
         if type(d) is not int or d < 0:       # JSON integers only: bool and float are refused
-            _fail(path, f"shape {shape!r} is not a list of non-negative ints", name)
+            _fail(path, f"shape {_show(shape)} is not a list of non-negative ints", name)
         if d and nonzero > _INT64_MAX // d:
-            _fail(path, f"shape {shape!r}: the element count overflows int64", name)
+            _fail(path, f"shape {_show(shape)}: the element count overflows int64", name)
         nonzero *= d or 1
     return tuple(shape)
 
@@ -303,13 +313,13 @@ def _check_entry(path: Path, name: str, entry: object, data_size: int) -> Tensor
               name)
     dtype = entry["dtype"]
     if not isinstance(dtype, str):
-        _fail(path, f"dtype {dtype!r} is not a string", name)
+        _fail(path, f"dtype {_show(dtype)} is not a string", name)
     esize = _ELEMENT_BYTES.get(dtype)
     if esize is None:
         if dtype in _RANK:
-            _fail(path, f"dtype {dtype!r} has no etptr ScalarType (supported: "
+            _fail(path, f"dtype {_show(dtype)} has no etptr ScalarType (supported: "
                         f"{', '.join(SAFETENSORS_DTYPES)})", name)
-        _fail(path, f"dtype {dtype!r} is not a safetensors dtype", name)
+        _fail(path, f"dtype {_show(dtype)} is not a safetensors dtype", name)
     shape = _check_shape(path, name, entry["shape"])
     numel = 1
     for d in shape:
@@ -320,16 +330,16 @@ def _check_entry(path: Path, name: str, entry: object, data_size: int) -> Tensor
     offsets = entry["data_offsets"]
     if not isinstance(offsets, list) or len(offsets) != 2 or type(offsets[0]) is not int \
             or type(offsets[1]) is not int:           # JSON integers only, as in shapes
-        _fail(path, f"data_offsets {offsets!r} is not a list of two ints", name)
+        _fail(path, f"data_offsets {_show(offsets)} is not a list of two ints", name)
     begin, end = offsets
     if begin < 0 or end < begin:
-        _fail(path, f"data_offsets {offsets!r}: need 0 <= begin <= end", name)
+        _fail(path, f"data_offsets {_show(offsets)}: need 0 <= begin <= end", name)
     if end > data_size:
-        _fail(path, f"data_offsets {offsets!r} run past the end of the data section "
+        _fail(path, f"data_offsets {_show(offsets)} run past the end of the data section "
                     f"({data_size} bytes)", name)
     if end - begin != nbytes:
         _fail(path, f"shape {list(shape)} of {dtype} needs {nbytes} bytes but data_offsets "
-                    f"{offsets!r} hold {end - begin}", name)
+                    f"{_show(offsets)} hold {end - begin}", name)
     return TensorEntry(name, SAFETENSORS_DTYPES[dtype], shape, begin, end)
 
 
@@ -339,7 +349,7 @@ def _check_metadata(path: Path, metadata: object) -> dict[str, str]:
                     f"strings")
     for key, value in metadata.items():
         if not isinstance(value, str):
-            _fail(path, f"__metadata__[{key!r}] = {value!r} is not a string")
+            _fail(path, f"__metadata__[{key!r}] = {_show(value)} is not a string")
     return metadata
 
 
