@@ -761,8 +761,9 @@ def test_offsets_hint_agrees_with_the_layout(tmp_path, seed):
 def test_offsets_hint_cases(raw, aligned):
     from etptr.checkpoint._header_scan import offsets_aligned
     assert offsets_aligned(raw, 256) is aligned
-    with pytest.raises(etptr.InvalidArgumentError, match="alignment=0"):
-        offsets_aligned(raw, 0)
+    for bad in (0, -256, 0.5, 256.0, True, 1 << 63, "256"):
+        with pytest.raises(etptr.InvalidArgumentError, match="alignment="):
+            offsets_aligned(raw, bad)
 
 
 def test_messages_show_huge_values_cut_short(tmp_path):

@@ -234,8 +234,9 @@ def load_file_overlapped(path: Path, device: Device,
     whole = CopyRun(data_offset, 0, data_size)
     found: list[FilePlan] = []
     views: list[TensorPtr] = []
-    fd = open_checked(FilePlan(path, size, data_offset, data_size, (), None, identity))
+    fd = -1
     try:
+        fd = open_checked(FilePlan(path, size, data_offset, data_size, (), None, identity))
         with DeviceMemoryBuffer.create(data_size, device, alignment=DEVICE_ALIGNMENT) as buf:
 
             def check_then_view() -> None:
@@ -263,15 +264,16 @@ def load_file_overlapped(path: Path, device: Device,
     except BaseException as exc:
         views.clear()                # a traceback keeps this frame: let go of the buffer
         if isinstance(exc, Exception) and not found:
-            # failed before the header was checked (device memory, the copy, the file):
-            # a malformed header is the error, as where the header is checked first
+            # failed before the header was checked (the file changed, device memory, the
+            # copy): a malformed header is the error, as where the header is checked first
             try:
                 plan_from_header(path, raw, size, identity)
             except CheckpointError as bad:
                 raise bad from None
         raise
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
 
 
 def _fetch_to_host(tensor: TensorPtr) -> npt.NDArray[np.generic]:

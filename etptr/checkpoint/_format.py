@@ -216,7 +216,8 @@ def file_identity(st: os.stat_result) -> FileIdentity:
     """What tells one file at a path from another put there later (by a rename, or a
     rewrite in place): device, inode, modification time and status-change time. The
     last cannot be set back, so a rewrite that restores the modification time
-    (``cp -p``, ``rsync -t``) shows too; a chmod or a new hard link shows as well."""
+    (``cp -p``, ``rsync -t``) shows too; so does any change of the file's status
+    (chmod, chown, a new hard link, setting its times with ``touch`` or ``utime``)."""
     return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
 
 

@@ -261,7 +261,7 @@ cdef dict _metadata(_Cursor* c):
         return out if _take(c, 125) else None
 
 
-def offsets_aligned(bytes raw, int64_t alignment):
+def offsets_aligned(bytes raw, alignment):
     """Whether every ``"data_offsets": [begin, end]`` in the header bytes ``raw`` with
     ``begin < end`` has ``begin % alignment == 0`` (``alignment`` > 0, bytes): then a
     checked header lays its file out as the device layout. A hint read without
@@ -270,14 +270,20 @@ def offsets_aligned(bytes raw, int64_t alignment):
     Raises
     ------
     InvalidArgumentError
-        ``alignment`` is not positive.
+        ``alignment`` is not an integer in ``[1, 2**63)``.
     """
     cdef const unsigned char* key = <const unsigned char*>b'"data_offsets"'
     cdef Py_ssize_t klen = 14, i
     cdef _Cursor c
-    cdef int64_t begin, end
-    if alignment <= 0:
-        raise_error(Error.InvalidArgument, f"alignment={alignment}: must be positive")
+    cdef int64_t begin, end, align
+    try:
+        a = PyNumber_Index(alignment)
+    except TypeError:
+        a = None
+    if a is None or isinstance(alignment, bool) or not 0 < a <= INT64_MAX:
+        raise_error(Error.InvalidArgument,
+                    f"alignment={alignment!r:.40}: must be an integer in [1, 2**63) (bytes)")
+    align = a
     c.p = <const unsigned char*><const char*>raw
     c.end = c.p + len(raw)
     while c.end - c.p >= klen:
@@ -290,7 +296,7 @@ def offsets_aligned(bytes raw, int64_t alignment):
         else:
             c.p += klen
             if _take(&c, 58) and _take(&c, 91) and _uint(&c, &begin) and _take(&c, 44) \
-                    and _uint(&c, &end) and begin < end and begin % alignment:
+                    and _uint(&c, &end) and begin < end and begin % align:
                 return False
             continue
         c.p += 1

@@ -294,6 +294,27 @@ def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, pool):
     assert pool.stats()["in_use_bytes"] == 0
 
 
+def test_a_malformed_header_comes_before_a_change_of_the_file(tmp_path, monkeypatch):
+    # the file shrinks between reading its header and opening it for the data
+    path = tmp_path / "bad.safetensors"
+    _write_header(path, b'{"w":{"dtype":"F32","shape":[9],"data_offsets":[0,4096]}}',
+                  bytes(4096))
+    with pytest.raises(CheckpointError, match="needs 36 bytes") as want:
+        etptr.checkpoint.parse_header(path)
+    real = ckpt_device.open_checked
+
+    def shrink_then_open(plan):
+        os.truncate(path, 100)
+        return real(plan)
+
+    monkeypatch.setattr(ckpt_device, "open_checked", shrink_then_open)
+    fds = open_fds()
+    with pytest.raises(CheckpointError) as got:
+        etptr.load_safetensors(path, "cuda:0", progress=False)
+    assert str(got.value) == str(want.value)
+    assert open_fds() == fds
+
+
 @pytest.mark.parametrize("how", ["names", "large", "list"])
 def test_the_usual_load_where_the_overlap_does_not_apply(tmp_path, monkeypatch, how):
     path, arrays = _aligned_file(tmp_path)
