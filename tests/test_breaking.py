@@ -271,27 +271,33 @@ def test_for_blob_builder_whose_first_build_failed_keeps_its_deleter():
 # read with the old file's header (tensors of the wrong dtype and contents).
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_load_refuses_a_file_replaced_between_header_and_mapping(tmp_path, monkeypatch, device):
+def _refused_when_changed_before_mapping(monkeypatch, path, device, change):
+    """Load ``path`` onto ``device`` (HostDeviceAllocator for "cuda") with ``change()`` run
+    between reading the header and mapping the file: refused, nothing kept."""
     from etptr.checkpoint import _device, _load
-    path = tmp_path / "m.safetensors"
-    etptr.save_safetensors({"a": etptr.full([2], 1.5), "b": etptr.full([2], 7, type="Int")}, path)
     where = _load if device == "cpu" else _device
     real = where.map_file
 
-    def replace_then_map(plan):
-        # same size, same header length, the dtypes swapped
-        etptr.save_safetensors(
-            {"a": etptr.full([2], 7, type="Int"), "b": etptr.full([2], 1.5)}, path)
+    def change_then_map(plan):
+        change()
         return real(plan)
 
-    monkeypatch.setattr(where, "map_file", replace_then_map)
+    monkeypatch.setattr(where, "map_file", change_then_map)
     alloc = HostDeviceAllocator()
     with use_allocator(alloc):
         with pytest.raises(etptr.CheckpointError, match="the file changed"):
             etptr.load_safetensors(path, device)
         assert alloc.live_bytes == 0
     monkeypatch.undo()
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_load_refuses_a_file_replaced_between_header_and_mapping(tmp_path, monkeypatch, device):
+    path = tmp_path / "m.safetensors"
+    etptr.save_safetensors({"a": etptr.full([2], 1.5), "b": etptr.full([2], 7, type="Int")}, path)
+    # the same size, the same header length, the dtypes swapped
+    _refused_when_changed_before_mapping(monkeypatch, path, device, lambda: etptr.save_safetensors(
+        {"a": etptr.full([2], 7, type="Int"), "b": etptr.full([2], 1.5)}, path))
     back = etptr.load_safetensors(path, "cpu")
     assert back["a"].scalar_type == etptr.ScalarType.Int
     assert back["b"].numpy().tolist() == [1.5, 1.5]
@@ -307,13 +313,10 @@ def test_load_refuses_a_file_rewritten_in_place_with_its_mtime_restored(tmp_path
                                                                        device):
     import os
     import time
-    from etptr.checkpoint import _device, _load
     path = tmp_path / "m.safetensors"
     etptr.save_safetensors({"a": etptr.full([64], 1.5)}, path)
-    where = _load if device == "cpu" else _device
-    real = where.map_file
 
-    def rewrite_then_map(plan):
+    def rewrite():
         st = os.stat(path)
         time.sleep(0.01)                    # a ctime that differs on coarse clocks too
         with open(path, "r+b") as f:
@@ -321,11 +324,5 @@ def test_load_refuses_a_file_rewritten_in_place_with_its_mtime_restored(tmp_path
             f.write(b"\x00" * 8)
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         assert os.stat(path).st_mtime_ns == st.st_mtime_ns
-        return real(plan)
 
-    monkeypatch.setattr(where, "map_file", rewrite_then_map)
-    alloc = HostDeviceAllocator()
-    with use_allocator(alloc):
-        with pytest.raises(etptr.CheckpointError, match="the file changed"):
-            etptr.load_safetensors(path, device)
-        assert alloc.live_bytes == 0
+    _refused_when_changed_before_mapping(monkeypatch, path, device, rewrite)
