@@ -164,6 +164,7 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
     checked = check_progress(progress)
     if not isinstance(paths, (list, tuple)):
         paths = _as_path(paths, "paths")          # one fspath: the path is read once
+    plan: CheckpointPlan | None = None
     if isinstance(paths, Path) and not paths.name.endswith(".json") and names is None \
             and not dev.is_cpu():
         loaded = _device.load_file_overlapped(paths, dev, checked)
@@ -171,11 +172,10 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
             return loaded
         if loaded is not None:       # checked already: another layout than the file's
             plan = CheckpointPlan((loaded,))
-            with reporter(checked, plan.nbytes, f"loading to {dev}") as report:
-                return _device._load_to_device(plan, dev, report)
-    plan = read_plan(paths)
-    if names is not None:
-        plan = plan.select(names)
+    if plan is None:
+        plan = read_plan(paths)
+        if names is not None:
+            plan = plan.select(names)
     with reporter(checked, plan.nbytes, f"loading to {dev}") as report:
         if not dev.is_cpu():
             return _device._load_to_device(plan, dev, report)
