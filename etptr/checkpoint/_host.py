@@ -41,8 +41,8 @@ def _difference(plan: FilePlan, st: os.stat_result) -> str | None:
 
 def open_checked(plan: FilePlan) -> int:
     """A read-only file descriptor of the file, after checking that it is still the
-    file whose header was read (a regular file of the same size, device, inode and
-    modification time). The caller closes it.
+    file whose header was read (a regular file of the same size and
+    :func:`~etptr.checkpoint._format.file_identity`). The caller closes it.
 
     Raises
     ------
@@ -66,7 +66,8 @@ def open_checked(plan: FilePlan) -> int:
 
 def check_unchanged(plan: FilePlan, fd: int) -> None:
     """After reading: the open file is still the one :func:`open_checked` accepted
-    (size and identity, modification time included), so the bytes read are that file's.
+    (size and identity, its modification and status-change times included), so the
+    bytes read are that file's.
 
     Raises
     ------
