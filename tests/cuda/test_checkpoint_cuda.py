@@ -14,7 +14,8 @@ from etptr.checkpoint import _device as ckpt_device
 from etptr.checkpoint._layout import layout_file
 from etptr.cuda import _copy_engine, copy_config
 
-from _checkpoint_helpers import DTYPES, open_fds, random_array, raw_bytes, reference_serialize
+from _checkpoint_helpers import (
+    DTYPES, open_fds, random_array, raw_bytes, reference_serialize, write_raw)
 
 SMALL = dict(threads=4, slot_bytes=64 * 1024, slots=3, small_copy_bytes=4096)
 SHAPES = [(2, 3), (), (0, 4), (5,), (1, 1, 3), (300, 77)]
@@ -213,10 +214,6 @@ def test_a_file_with_another_layout_goes_up_once(tmp_path, fake, device_used):
     assert device_used() == before
 
 
-def _write_header(path, header, data):
-    path.write_bytes(len(header).to_bytes(8, "little") + header + data)
-
-
 def test_a_file_whose_hint_is_wrong_is_loaded_from_the_header_already_checked(
         tmp_path, monkeypatch, device_used):
     # "data\u005foffsets" is data_offsets to JSON but not to the hint, which sees only
@@ -225,7 +222,7 @@ def test_a_file_whose_hint_is_wrong_is_loaded_from_the_header_already_checked(
     header = (b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},'
               b'"b":{"dtype":"F32","shape":[64],"data\\u005foffsets":[4,260]}}')
     data = np.arange(65, dtype=np.float32)
-    _write_header(path, header, data.tobytes())
+    write_raw(path, header, data.tobytes(), pad=False)
     before = device_used()
     reads = []
     real = ckpt_device.plan_from_header
@@ -252,7 +249,7 @@ def test_a_file_whose_hint_is_wrong_is_loaded_from_the_header_already_checked(
 def test_a_malformed_header_is_refused_once_the_copy_is_done(tmp_path, header, match,
                                                              device_used, pool):
     path = tmp_path / "bad.safetensors"
-    _write_header(path, header, bytes(256))
+    write_raw(path, header, bytes(256), pad=False)
     with pytest.raises(CheckpointError, match=match) as want:
         etptr.checkpoint.parse_header(path)
     before = device_used()
@@ -270,8 +267,8 @@ def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, pool):
     # the upload starts before the header is checked: a full device or a failing copy
     # must not hide the header's error
     path = tmp_path / "bad.safetensors"
-    _write_header(path, b'{"w":{"dtype":"F32","shape":[9],"data_offsets":[0,4096]}}',
-                  bytes(4096))
+    write_raw(path, b'{"w":{"dtype":"F32","shape":[9],"data_offsets":[0,4096]}}',
+              bytes(4096), pad=False)
     with pytest.raises(CheckpointError, match="needs 36 bytes") as want:
         etptr.checkpoint.parse_header(path)
     fds = open_fds()
@@ -297,8 +294,8 @@ def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, pool):
 def test_a_malformed_header_comes_before_a_change_of_the_file(tmp_path, monkeypatch):
     # the file shrinks between reading its header and opening it for the data
     path = tmp_path / "bad.safetensors"
-    _write_header(path, b'{"w":{"dtype":"F32","shape":[9],"data_offsets":[0,4096]}}',
-                  bytes(4096))
+    write_raw(path, b'{"w":{"dtype":"F32","shape":[9],"data_offsets":[0,4096]}}',
+              bytes(4096), pad=False)
     with pytest.raises(CheckpointError, match="needs 36 bytes") as want:
         etptr.checkpoint.parse_header(path)
     real = ckpt_device.open_checked
