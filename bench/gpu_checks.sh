@@ -25,6 +25,7 @@
 #   pieces      bench/probe_pieces.py: how finely each slot's fill is cut among the threads
 #   probe_load_minilm  bench/probe_load.py all-minilm-l6-v2: the small checkpoint's load
 #   timeline    bench/probe_timeline.py: pipelined copies chunk by chunk (the engine's trace)
+#   fill        bench/probe_fill.py: slot fills as an upload walks the file, alone and beside a DMA
 #   topo        the machine's CPUs, NUMA nodes and the GPU's place among them
 set -u
 out=${1:?usage: bash bench/gpu_checks.sh OUTDIR [STEP ...]}
@@ -69,6 +70,7 @@ for step in $steps; do
         pieces) run pieces 300 $py bench/probe_pieces.py ;;
         probe_load_minilm) run probe_load_minilm 200 $py bench/probe_load.py all-minilm-l6-v2 ;;
         timeline) run timeline 200 $py bench/probe_timeline.py /dev/shm ;;
+        fill) run fill 200 $py bench/probe_fill.py /dev/shm ;;
         topo) run topo 60 bash -c 'lscpu; numactl -H; nvidia-smi topo -m;
                   cat /sys/bus/pci/devices/*/numa_node | sort | uniq -c;
                   nvidia-smi -q | grep -i -A3 "bus id\|numa"; cat /proc/meminfo | head -5' ;;

@@ -1,0 +1,115 @@
+"""Probe: the copy threads' fills of pinned slots, as an upload makes them and alone.
+
+Inside an upload of MiniLM's 91 MB, a 4 MiB slot's fill takes about 190 us, against
+55-65 us when the same 4 MiB are read again and again alone (bench/results/
+h200_probe_timeline.txt). This walks the file (or a host buffer) the way an upload
+does, chunk after chunk into a ring of pinned slots, and times it three ways: the
+same chunk again and again, the walk alone, and the walk while a DMA from other
+page-locked memory runs on another stream (what an upload's DMA does beside its
+fills). The DMA's own rate during the walk is printed beside it.
+
+    python bench/probe_fill.py [DIR]      (default DIR: /dev/shm)
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from etptr._core._host_copy import parallel_copy, parallel_read
+from etptr.bench._layouts import write_layout
+from etptr.checkpoint._host import open_checked
+from etptr.checkpoint._plan import read_plan
+
+from _timing import median_seconds, say, write_log
+
+RING = 96 << 20          # the engine's default slots: 6 x 16 MiB
+THREADS = 16
+PIECES = 8
+
+
+def walker(fill, n, chunk, ring_ptr):
+    """A call that fills ``n`` bytes chunk by chunk into the ring's slots."""
+    slots = max(1, RING // chunk)
+
+    def walk():
+        off, i = 0, 0
+        while off < n:
+            m = min(chunk, n - off)
+            fill(ring_ptr + (i % slots) * chunk, off, m)
+            off += m
+            i += 1
+    return walk
+
+
+def under_dma(fn, cupy, dev, pinned, n_dma):
+    """(seconds of ``fn``, GB/s of the DMA) while 256 MiB DMAs from ``pinned`` run."""
+    import time
+    stream = cupy.cuda.Stream(non_blocking=True)
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record(stream)
+    for _ in range(n_dma):
+        cupy.cuda.runtime.memcpyAsync(dev.ptr, pinned.ptr, 256 << 20, 1, stream.ptr)
+    end.record(stream)
+    time.sleep(0.002)                       # the DMA is under way
+    t0 = time.perf_counter()
+    fn()
+    t = time.perf_counter() - t0
+    busy = not end.done
+    end.synchronize()
+    ms = cupy.cuda.get_elapsed_time(start, end)
+    return t, n_dma * (256 << 20) / ms / 1e6, busy
+
+
+def main(where):
+    import cupy
+    ring = cupy.cuda.alloc_pinned_memory(RING)
+    other = cupy.cuda.alloc_pinned_memory(256 << 20)
+    dev = cupy.cuda.alloc(256 << 20)
+    d = tempfile.mkdtemp(dir=where)
+    try:
+        path = write_layout("all-minilm-l6-v2", d)
+        f = read_plan(path).files[0]
+        base = f.data_offset
+        n = f.data_size
+        src = np.random.default_rng(1).integers(0, 255, n, dtype=np.uint8)
+        fd = open_checked(f)
+        try:
+            sources = {
+                "file": lambda dst, off, m: parallel_read(fd, [(dst, base + off, m)], THREADS,
+                                                          PIECES),
+                "memory": lambda dst, off, m: parallel_copy(dst, src.ctypes.data + off, m,
+                                                            THREADS, True, PIECES)}
+            say(f"fills of MiniLM's {n / 1e6:.1f} MB, {THREADS} threads, {PIECES} pieces per "
+                f"thread, into a {RING >> 20} MiB ring: us per chunk (GB/s)")
+            say("  source  chunk    same chunk     walk alone    walk beside a DMA  (DMA GB/s)")
+            for name, fill in sources.items():
+                for mib in (2, 4, 8, 16):
+                    chunk = mib << 20
+                    nchunks = -(-n // chunk)
+                    same = median_seconds(lambda: fill(ring.ptr, 0, chunk), 51, 3)
+                    walk = walker(fill, n, chunk, ring.ptr)
+                    alone = median_seconds(walk, 9, 2) / nchunks
+                    rows = [under_dma(walk, cupy, dev, other, 12) for _ in range(7)]
+                    rows.sort()
+                    t, dma, busy = rows[len(rows) // 2]
+                    beside = t / nchunks
+                    say(f"  {name:6s} {mib:3d} MiB  {same * 1e6:5.0f} ({chunk / same / 1e9:5.1f})"
+                        f"  {alone * 1e6:5.0f} ({chunk / alone / 1e9:5.1f})"
+                        f"  {beside * 1e6:5.0f} ({chunk / beside / 1e9:5.1f})   ({dma:.1f}"
+                        f"{'' if busy else ', DMA ended first'})")
+        finally:
+            os.close(fd)
+        t = median_seconds(lambda: (cupy.cuda.runtime.memcpyAsync(dev.ptr, other.ptr, 256 << 20,
+                                                                  1, 0),
+                                    cupy.cuda.runtime.deviceSynchronize()), 7, 2)
+        say(f"the DMA alone, 256 MiB: {(256 << 20) / t / 1e9:.1f} GB/s")
+    finally:
+        shutil.rmtree(d)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/dev/shm")
+    if len(sys.argv) > 2:
+        write_log(sys.argv[2])
