@@ -6,7 +6,10 @@ h200_probe_timeline.txt). This walks the file (or a host buffer) the way an uplo
 does, chunk after chunk into a ring of pinned slots, and times it three ways: the
 same chunk again and again, the walk alone, and the walk while a DMA from other
 page-locked memory runs on another stream (what an upload's DMA does beside its
-fills). The DMA's own rate during the walk is printed beside it.
+fills). The DMA's own rate during the walk is printed beside it. File reads go
+straight into the slot, or through a small per-thread buffer copied out with
+streaming stores (``_host_copy._set_read_bounce``); then the uploads and loads of
+two layouts are timed both ways, in turns.
 
     python bench/probe_fill.py [DIR]      (default DIR: /dev/shm)
 """
@@ -16,17 +19,19 @@ import sys
 import tempfile
 
 import numpy as np
+from _timing import file_uploader, median_seconds, pinned_line_gbps, say, write_log
 
+import etptr
+from etptr._core import _host_copy
 from etptr._core._host_copy import parallel_copy, parallel_read
 from etptr.bench._layouts import write_layout
 from etptr.checkpoint._host import open_checked
 from etptr.checkpoint._plan import read_plan
 
-from _timing import median_seconds, say, write_log
-
 RING = 96 << 20          # the engine's default slots: 6 x 16 MiB
 THREADS = 16
 PIECES = 8
+BOUNCES = (128 << 10, 256 << 10, 512 << 10)
 
 
 def walker(fill, n, chunk, ring_ptr):
@@ -62,6 +67,37 @@ def under_dma(fn, cupy, dev, pinned, n_dma):
     return t, n_dma * (256 << 20) / ms / 1e6, busy
 
 
+def paired(path, f):
+    """The file's upload alone and its load, with reads straight and through each
+    bounce buffer, in turns (15 rounds): median us and x line."""
+    from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
+    line = pinned_line_gbps(reps=7, warmup=1)
+    lay = layout_file(f, DEVICE_ALIGNMENT)
+    buf = etptr.DeviceMemoryBuffer.create(lay.nbytes, "cuda:0", alignment=DEVICE_ALIGNMENT)
+    cases = {"upload": file_uploader(f, buf),
+             "load_safetensors": lambda: etptr.load_safetensors(path, "cuda:0", progress=False)}
+    modes = (0,) + BOUNCES
+    say(f"\n{os.path.basename(str(path))}: "
+        f"{f.data_size / 1e6:.1f} MB, line {line:.1f} GB/s; median us of 15 rounds (x line)")
+    for name, fn in cases.items():
+        fn()
+        times = {b: [] for b in modes}
+        for _ in range(15):
+            for b in modes:
+                _host_copy._set_read_bounce(b)
+                try:
+                    times[b].append(median_seconds(fn, 1, 1))
+                finally:
+                    _host_copy._set_read_bounce(0)
+        cells = []
+        for b in modes:
+            t = sorted(times[b])[7]
+            cells.append(f"{'straight' if b == 0 else f'{b >> 10} KiB'} {t * 1e6:.0f} "
+                         f"({f.data_size / t / 1e9 / line:.2f})")
+        say(f"  {name}: " + " | ".join(cells))
+    del buf
+
+
 def main(where):
     import cupy
     ring = cupy.cuda.alloc_pinned_memory(RING)
@@ -76,14 +112,26 @@ def main(where):
         src = np.random.default_rng(1).integers(0, 255, n, dtype=np.uint8)
         fd = open_checked(f)
         try:
-            sources = {
-                "file": lambda dst, off, m: parallel_read(fd, [(dst, base + off, m)], THREADS,
-                                                          PIECES),
-                "memory": lambda dst, off, m: parallel_copy(dst, src.ctypes.data + off, m,
-                                                            THREADS, True, PIECES)}
+            def read(dst, off, m):
+                parallel_read(fd, [(dst, base + off, m)], THREADS, PIECES)
+
+            def bounced(nbytes):
+                def fill(dst, off, m):
+                    _host_copy._set_read_bounce(nbytes)
+                    try:
+                        read(dst, off, m)
+                    finally:
+                        _host_copy._set_read_bounce(0)
+                return fill
+
+            sources = {"file": read}
+            sources.update({f"file, via {b >> 10} KiB": bounced(b) for b in BOUNCES})
+            sources["memory"] = lambda dst, off, m: parallel_copy(dst, src.ctypes.data + off, m,
+                                                                  THREADS, True, PIECES)
             say(f"fills of MiniLM's {n / 1e6:.1f} MB, {THREADS} threads, {PIECES} pieces per "
                 f"thread, into a {RING >> 20} MiB ring: us per chunk (GB/s)")
-            say("  source  chunk    same chunk     walk alone    walk beside a DMA  (DMA GB/s)")
+            say("  source              chunk    same chunk     walk alone    walk beside a DMA  "
+                "(DMA GB/s)")
             for name, fill in sources.items():
                 for mib in (2, 4, 8, 16):
                     chunk = mib << 20
@@ -95,7 +143,7 @@ def main(where):
                     rows.sort()
                     t, dma, busy = rows[len(rows) // 2]
                     beside = t / nchunks
-                    say(f"  {name:6s} {mib:3d} MiB  {same * 1e6:5.0f} ({chunk / same / 1e9:5.1f})"
+                    say(f"  {name:18s} {mib:3d} MiB  {same * 1e6:5.0f} ({chunk / same / 1e9:5.1f})"
                         f"  {alone * 1e6:5.0f} ({chunk / alone / 1e9:5.1f})"
                         f"  {beside * 1e6:5.0f} ({chunk / beside / 1e9:5.1f})   ({dma:.1f}"
                         f"{'' if busy else ', DMA ended first'})")
@@ -105,6 +153,10 @@ def main(where):
                                                                   1, 0),
                                     cupy.cuda.runtime.deviceSynchronize()), 7, 2)
         say(f"the DMA alone, 256 MiB: {(256 << 20) / t / 1e9:.1f} GB/s")
+        del dev, other, ring
+        paired(path, f)
+        path = write_layout("qwen2.5-0.5b", d)
+        paired(path, read_plan(path).files[0])
     finally:
         shutil.rmtree(d)
 

@@ -110,10 +110,18 @@ def test_copy_lists_gather_and_scatter_exactly(threads, stream, pieces):
     assert all(np.array_equal(o, s) for o, s in zip(outs, srcs))
 
 
+@pytest.fixture(params=[0, 4096, 100_000, MiB], ids=lambda b: f"bounce{b}")
+def read_bounce(request):
+    """File reads straight into the destination (0) or through a per-thread buffer."""
+    _host_copy._set_read_bounce(request.param)
+    yield request.param
+    _host_copy._set_read_bounce(0)
+
+
 @pytest.mark.parametrize("threads", [1, 4, 16])
 @pytest.mark.parametrize("per_thread", [1, 8])
-def test_file_reads_land_exactly(tmp_path, threads, per_thread):
-    # pieces of a file read straight into memory, as the loader fills pinned slots
+def test_file_reads_land_exactly(tmp_path, threads, per_thread, read_bounce):
+    # pieces of a file read into memory, as the loader fills pinned slots
     data = _bytes(5 * MiB + 11, threads)
     path = tmp_path / "f.bin"
     path.write_bytes(data.tobytes())
@@ -133,7 +141,7 @@ def test_file_reads_land_exactly(tmp_path, threads, per_thread):
     assert not dst[at:].any()
 
 
-def test_file_reads_report_a_short_file_and_a_bad_descriptor(tmp_path):
+def test_file_reads_report_a_short_file_and_a_bad_descriptor(tmp_path, read_bounce):
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(1000))
     dst = np.zeros(4 * MiB, np.uint8)
@@ -176,6 +184,12 @@ def test_copy_lists_read_their_sequence_once():
                  lambda: _host_copy.parallel_read(0, Lying(), 2)):
         with pytest.raises((MemoryError, OverflowError)):
             call()
+
+
+@pytest.mark.parametrize("nbytes", [-1, MiB + 1, 2.5])
+def test_the_read_bounce_size_is_checked(nbytes):
+    with pytest.raises((etptr.InvalidArgumentError, TypeError), match="nbytes"):
+        _host_copy._set_read_bounce(nbytes)
 
 
 @pytest.mark.parametrize("pieces", [0, 65, 2.5])

@@ -3,6 +3,8 @@
 #ifndef ETPTR_HOST_COPY_H
 #define ETPTR_HOST_COPY_H
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -75,5 +77,32 @@ static void etptr_copy_stream(char* dst, const char* src, size_t n) {
     memcpy(dst, src, n);
 }
 #endif
+
+/* A per-thread bounce buffer of ETPTR_BOUNCE_MAX bytes (freed when its thread ends),
+   for file reads that land in it and are then copied out with streaming stores. */
+#define ETPTR_BOUNCE_MAX (1 << 20)
+static pthread_key_t etptr_bounce_key;
+static int etptr_bounce_key_ok = 0;
+static pthread_once_t etptr_bounce_once = PTHREAD_ONCE_INIT;
+
+static void etptr_bounce_make_key(void) {
+    etptr_bounce_key_ok = pthread_key_create(&etptr_bounce_key, free) == 0;
+}
+
+/* This thread's bounce buffer, or NULL when none can be had (read straight then). */
+static char* etptr_bounce(void) {
+    void* p;
+    pthread_once(&etptr_bounce_once, etptr_bounce_make_key);
+    if (!etptr_bounce_key_ok) return NULL;
+    p = pthread_getspecific(etptr_bounce_key);
+    if (p == NULL) {
+        if (posix_memalign(&p, 4096, ETPTR_BOUNCE_MAX) != 0) return NULL;
+        if (pthread_setspecific(etptr_bounce_key, p) != 0) {
+            free(p);
+            return NULL;
+        }
+    }
+    return (char*)p;
+}
 
 #endif

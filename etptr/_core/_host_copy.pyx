@@ -80,6 +80,8 @@ cdef extern from "_host_copy.h" nogil:
     void etptr_atomic_set_if_zero(long long* p, long long v)
     long long etptr_now_ns()
     void etptr_copy_stream(char* dst, const char* src, size_t n)
+    char* etptr_bounce()
+    enum: ETPTR_BOUNCE_MAX
 
 
 cdef int c_cpu_count() except -1:
@@ -122,6 +124,8 @@ cdef int _tp_failed = 0                   # pthread_create failures (the callers
 cdef long long _tp_epoch = 0              # bumped by _tp_init (at import and after fork)
 cdef int _tp_ncpu = c_cpu_count()
 cdef int _spin_relax = 32                 # pause instructions per turn of an idle worker's spin
+cdef long long _read_bounce = 0           # file reads through a per-thread buffer of this
+                                          # many bytes, copied out with streaming stores (0: off)
 
 
 cdef void _tp_init() noexcept nogil:
@@ -158,11 +162,18 @@ cdef void _read(_Job* job, const Segment* seg, long long off, long long m) noexc
     """Bytes [off, off+m) of a file segment, read into its destination."""
     cdef char* dst = seg.dst + off
     cdef long long at = <long long><uintptr_t>seg.src + off
+    cdef long long bounce = _read_bounce
+    cdef char* buf = etptr_bounce() if bounce > 0 else NULL
     cdef ssize_t r
     while m > 0:
         if etptr_atomic_load(&job.error) != 0:
             return                  # another piece failed: the job's result is an error
-        r = pread(seg.fd, dst, <size_t>m, at)
+        if buf != NULL:
+            r = pread(seg.fd, buf, <size_t>(m if m < bounce else bounce), at)
+            if r > 0:
+                etptr_copy_stream(dst, buf, <size_t>r)
+        else:
+            r = pread(seg.fd, dst, <size_t>m, at)
         if r > 0:
             dst += r
             at += r
@@ -555,6 +566,14 @@ def _set_spin_relax(n):
     may hand the CPU away."""
     global _spin_relax
     _spin_relax = <int>c_int_arg(n, "n", 0, 1 << 16)
+
+
+def _set_read_bounce(nbytes):
+    """Read files through a per-thread buffer of ``nbytes`` bytes (0: straight into the
+    destination), copied out with streaming stores. For measurements
+    (bench/probe_fill.py)."""
+    global _read_bounce
+    _read_bounce = c_int_arg(nbytes, "nbytes", 0, ETPTR_BOUNCE_MAX)
 
 
 def copy_threads():
