@@ -7,9 +7,10 @@ does, chunk after chunk into a ring of pinned slots, and times it three ways: th
 same chunk again and again, the walk alone, and the walk while a DMA from other
 page-locked memory runs on another stream (what an upload's DMA does beside its
 fills). The DMA's own rate during the walk is printed beside it. File reads go
-straight into the slot, or through a small per-thread buffer copied out with
-streaming stores (``_host_copy._set_read_bounce``); then the uploads and loads of
-two layouts are timed both ways, in turns.
+straight into the slot, or through each thread's bounce buffer copied out with
+streaming stores (``parallel_read(stream=True)``, buffers of
+``_host_copy._set_read_bounce`` bytes). Then uploads and loads of files from 91 MB
+to 0.99 GB are timed both ways in turns (``_copy_engine._set_file_streaming_max``).
 
     python bench/probe_fill.py [DIR]      (default DIR: /dev/shm)
 """
@@ -27,11 +28,13 @@ from etptr._core._host_copy import parallel_copy, parallel_read
 from etptr.bench._layouts import write_layout
 from etptr.checkpoint._host import open_checked
 from etptr.checkpoint._plan import read_plan
+from etptr.cuda import _copy_engine
 
 RING = 96 << 20          # the engine's default slots: 6 x 16 MiB
 THREADS = 16
 PIECES = 8
 BOUNCES = (128 << 10, 256 << 10, 512 << 10)
+SIZES_MB = (128, 256, 512)     # synthetic files between MiniLM's and Qwen2.5-0.5B's
 
 
 def walker(fill, n, chunk, ring_ptr):
@@ -67,39 +70,46 @@ def under_dma(fn, cupy, dev, pinned, n_dma):
     return t, n_dma * (256 << 20) / ms / 1e6, busy
 
 
-def paired(path, f):
-    """The file's upload alone and its load, with reads straight and through each
-    bounce buffer, in turns (15 rounds): median us and x line."""
+def paired(path, f, line):
+    """The file's upload alone and its load, with the slots filled by straight reads
+    and through the bounce buffers, in turns (15 rounds): median us and x line."""
     from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
-    line = pinned_line_gbps(reps=7, warmup=1)
     lay = layout_file(f, DEVICE_ALIGNMENT)
     buf = etptr.DeviceMemoryBuffer.create(lay.nbytes, "cuda:0", alignment=DEVICE_ALIGNMENT)
     cases = {"upload": file_uploader(f, buf),
              "load_safetensors": lambda: etptr.load_safetensors(path, "cuda:0", progress=False)}
-    modes = (0,) + BOUNCES
-    say(f"\n{os.path.basename(str(path))}: "
-        f"{f.data_size / 1e6:.1f} MB, line {line:.1f} GB/s; median us of 15 rounds (x line)")
-    for name, fn in cases.items():
+    modes = {"straight": 0, "bounce": 1 << 62}
+    default = _copy_engine._get_file_streaming_max()
+    cells = []
+    for fn in cases.values():
         fn()
-        times = {b: [] for b in modes}
+        times = {m: [] for m in modes}
         for _ in range(15):
-            for b in modes:
-                _host_copy._set_read_bounce(b)
+            for m, limit in modes.items():
+                _copy_engine._set_file_streaming_max(limit)
                 try:
-                    times[b].append(median_seconds(fn, 1, 1))
+                    times[m].append(median_seconds(fn, 1, 1))
                 finally:
-                    _host_copy._set_read_bounce(0)
-        cells = []
-        for b in modes:
-            t = sorted(times[b])[7]
-            cells.append(f"{'straight' if b == 0 else f'{b >> 10} KiB'} {t * 1e6:.0f} "
-                         f"({f.data_size / t / 1e9 / line:.2f})")
-        say(f"  {name}: " + " | ".join(cells))
+                    _copy_engine._set_file_streaming_max(default)
+        for m in modes:
+            t = sorted(times[m])[7]
+            cells.append(f"{t * 1e6:7.0f} ({f.data_size / t / 1e9 / line:.2f})")
+    say(f"  {f.data_size / 1e6:7.1f} MB  " + "  ".join(cells))
     del buf
+
+
+def synthetic(d, mb):
+    """A safetensors file of ``mb`` MB in 16 MB float32 tensors."""
+    from safetensors.numpy import save_file
+    path = os.path.join(d, f"synthetic-{mb}.safetensors")
+    n = 4_000_000
+    save_file({f"t{i}": np.full(n, i, np.float32) for i in range(mb // 16)}, path)
+    return path
 
 
 def main(where):
     import cupy
+    default_bounce = _host_copy._get_read_bounce()
     ring = cupy.cuda.alloc_pinned_memory(RING)
     other = cupy.cuda.alloc_pinned_memory(256 << 20)
     dev = cupy.cuda.alloc(256 << 20)
@@ -112,19 +122,17 @@ def main(where):
         src = np.random.default_rng(1).integers(0, 255, n, dtype=np.uint8)
         fd = open_checked(f)
         try:
-            def read(dst, off, m):
-                parallel_read(fd, [(dst, base + off, m)], THREADS, PIECES)
-
             def bounced(nbytes):
                 def fill(dst, off, m):
                     _host_copy._set_read_bounce(nbytes)
                     try:
-                        read(dst, off, m)
+                        parallel_read(fd, [(dst, base + off, m)], THREADS, PIECES, True)
                     finally:
-                        _host_copy._set_read_bounce(0)
+                        _host_copy._set_read_bounce(default_bounce)
                 return fill
 
-            sources = {"file": read}
+            sources = {"file": lambda dst, off, m: parallel_read(fd, [(dst, base + off, m)],
+                                                                 THREADS, PIECES)}
             sources.update({f"file, via {b >> 10} KiB": bounced(b) for b in BOUNCES})
             sources["memory"] = lambda dst, off, m: parallel_copy(dst, src.ctypes.data + off, m,
                                                                   THREADS, True, PIECES)
@@ -153,10 +161,19 @@ def main(where):
                                                                   1, 0),
                                     cupy.cuda.runtime.deviceSynchronize()), 7, 2)
         say(f"the DMA alone, 256 MiB: {(256 << 20) / t / 1e9:.1f} GB/s")
-        del dev, other, ring
-        paired(path, f)
+        dev = other = ring = None     # give their memory back before the loads
+        line = pinned_line_gbps(reps=7, warmup=1)
+        say(f"\nuploads and loads by size, slots filled straight or through {default_bounce >> 10}"
+            f" KiB bounce buffers, in turns; median us of 15 rounds (x line {line:.1f} GB/s); "
+            f"the default bounces up to {_copy_engine._get_file_streaming_max() >> 20} MiB")
+        say("               upload straight   upload bounce     load straight     load bounce")
+        paired(path, f, line)
+        for mb in SIZES_MB:
+            p = synthetic(d, mb)
+            paired(p, read_plan(p).files[0], line)
+            os.unlink(p)
         path = write_layout("qwen2.5-0.5b", d)
-        paired(path, read_plan(path).files[0])
+        paired(path, read_plan(path).files[0], line)
     finally:
         shutil.rmtree(d)
 

@@ -110,17 +110,21 @@ def test_copy_lists_gather_and_scatter_exactly(threads, stream, pieces):
     assert all(np.array_equal(o, s) for o, s in zip(outs, srcs))
 
 
-@pytest.fixture(params=[0, 4096, 100_000, MiB], ids=lambda b: f"bounce{b}")
-def read_bounce(request):
-    """File reads straight into the destination (0) or through a per-thread buffer."""
-    _host_copy._set_read_bounce(request.param)
-    yield request.param
-    _host_copy._set_read_bounce(0)
+@pytest.fixture(params=[(False, 0), (True, 0), (True, 4096), (True, 100_000), (True, MiB)],
+                ids=lambda p: f"stream{int(p[0])}-bounce{p[1]}")
+def read_stream(request):
+    """``stream`` for parallel_read: file reads straight into the destination, or
+    (streaming, with a bounce buffer) through a per-thread buffer of that size."""
+    stream, bounce = request.param
+    default = _host_copy._get_read_bounce()
+    _host_copy._set_read_bounce(bounce)
+    yield stream
+    _host_copy._set_read_bounce(default)
 
 
 @pytest.mark.parametrize("threads", [1, 4, 16])
 @pytest.mark.parametrize("per_thread", [1, 8])
-def test_file_reads_land_exactly(tmp_path, threads, per_thread, read_bounce):
+def test_file_reads_land_exactly(tmp_path, threads, per_thread, read_stream):
     # pieces of a file read into memory, as the loader fills pinned slots
     data = _bytes(5 * MiB + 11, threads)
     path = tmp_path / "f.bin"
@@ -135,24 +139,26 @@ def test_file_reads_land_exactly(tmp_path, threads, per_thread, read_bounce):
         segs.append((dst.ctypes.data + at, off, n))
         at += n
     with open(path, "rb") as f:
-        _host_copy.parallel_read(f.fileno(), segs, threads, per_thread)
+        _host_copy.parallel_read(f.fileno(), segs, threads, per_thread, read_stream)
     want = np.concatenate([data[o:o + n] for o, n in pieces])
     assert np.array_equal(dst[:at], want)
     assert not dst[at:].any()
 
 
-def test_file_reads_report_a_short_file_and_a_bad_descriptor(tmp_path, read_bounce):
+def test_file_reads_report_a_short_file_and_a_bad_descriptor(tmp_path, read_stream):
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(1000))
     dst = np.zeros(4 * MiB, np.uint8)
     with open(path, "rb") as f:
         with pytest.raises(EOFError, match="file ended"):
-            _host_copy.parallel_read(f.fileno(), [(dst.ctypes.data, 0, 2 * MiB)], 4)
+            _host_copy.parallel_read(f.fileno(), [(dst.ctypes.data, 0, 2 * MiB)], 4,
+                                     stream=read_stream)
         with pytest.raises(EOFError):          # one piece past the end among good ones
             _host_copy.parallel_read(f.fileno(), [(dst.ctypes.data, 0, 500),
-                                                  (dst.ctypes.data + 500, 999, 2)], 2)
+                                                  (dst.ctypes.data + 500, 999, 2)], 2,
+                                     stream=read_stream)
     with pytest.raises(OSError) as info:
-        _host_copy.parallel_read(1 << 29, [(dst.ctypes.data, 0, MiB)], 4)
+        _host_copy.parallel_read(1 << 29, [(dst.ctypes.data, 0, MiB)], 4, stream=read_stream)
     assert info.value.errno == 9                 # EBADF
     with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[0\]: a null address"):
         _host_copy.parallel_read(0, [(0, 0, 4)], 2)

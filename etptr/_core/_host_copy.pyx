@@ -124,8 +124,10 @@ cdef int _tp_failed = 0                   # pthread_create failures (the callers
 cdef long long _tp_epoch = 0              # bumped by _tp_init (at import and after fork)
 cdef int _tp_ncpu = c_cpu_count()
 cdef int _spin_relax = 32                 # pause instructions per turn of an idle worker's spin
-cdef long long _read_bounce = 0           # file reads through a per-thread buffer of this
-                                          # many bytes, copied out with streaming stores (0: off)
+cdef long long _read_bounce = 256 << 10   # a streaming job's file reads go through a per-
+                                          # thread buffer of this many bytes (bench/results/
+                                          # h200_probe_fill.txt), copied out with streaming
+                                          # stores (0: read straight into the destination)
 
 
 cdef void _tp_init() noexcept nogil:
@@ -163,7 +165,7 @@ cdef void _read(_Job* job, const Segment* seg, long long off, long long m) noexc
     cdef char* dst = seg.dst + off
     cdef long long at = <long long><uintptr_t>seg.src + off
     cdef long long bounce = _read_bounce
-    cdef char* buf = etptr_bounce() if bounce > 0 else NULL
+    cdef char* buf = etptr_bounce() if job.stream and bounce > 0 else NULL
     cdef ssize_t r
     while m > 0:
         if etptr_atomic_load(&job.error) != 0:
@@ -539,11 +541,12 @@ def parallel_copy_list(segments, threads, stream=False, pieces=1):
     _run_segments(segments, -1, threads, stream, pieces)
 
 
-def parallel_read(fd, segments, threads, pieces=FILL_PIECES):
+def parallel_read(fd, segments, threads, pieces=FILL_PIECES, stream=False):
     """Read every ``(dst, file_offset, nbytes)`` of ``segments`` from the open file
     ``fd`` into host addresses, with up to ``threads`` threads, as one job in
-    ``pieces`` pieces per thread (the loader's reads: FILL_PIECES). For tests and
-    measurements.
+    ``pieces`` pieces per thread (the loader's reads: FILL_PIECES); ``stream``:
+    through each thread's bounce buffer, copied out with non-temporal stores. For
+    tests and measurements.
 
     Raises
     ------
@@ -552,7 +555,7 @@ def parallel_read(fd, segments, threads, pieces=FILL_PIECES):
     EOFError
         The file ended before a segment did.
     """
-    cdef int rc = _run_segments(segments, <int>c_int_arg(fd, "fd", 0, 1 << 30), threads, False,
+    cdef int rc = _run_segments(segments, <int>c_int_arg(fd, "fd", 0, 1 << 30), threads, stream,
                                 pieces)
     if rc == -1:
         raise EOFError("the file ended before the bytes to read did")
@@ -569,11 +572,15 @@ def _set_spin_relax(n):
 
 
 def _set_read_bounce(nbytes):
-    """Read files through a per-thread buffer of ``nbytes`` bytes (0: straight into the
-    destination), copied out with streaming stores. For measurements
-    (bench/probe_fill.py)."""
+    """A streaming job reads files through a per-thread buffer of ``nbytes`` bytes (0:
+    straight into the destination), copied out with non-temporal stores. For
+    measurements (bench/probe_fill.py)."""
     global _read_bounce
     _read_bounce = c_int_arg(nbytes, "nbytes", 0, ETPTR_BOUNCE_MAX)
+
+
+def _get_read_bounce():
+    return _read_bounce
 
 
 def copy_threads():

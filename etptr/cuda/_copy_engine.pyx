@@ -275,8 +275,11 @@ cdef int _ramp_growth = 150            # (0: a slot), each next one this many pe
 cdef int64_t _ramp_max = 256 << 20     # in uploads up to this size (bench/results/
                                        # h200_probe_timeline.txt: it paid up to there)
 cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
-cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies up to this size: above it memcpy was
-                                       # faster (bench/results/h200x2_chunking.txt)
+cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies from memory up to this size: above it
+                                       # memcpy was faster (bench/results/h200x2_chunking.txt)
+cdef int64_t _FILE_STREAM_MAX = 256 << 20   # ... and from a file up to this size, read through
+                                       # the threads' bounce buffers: above it straight reads
+                                       # were faster (bench/results/h200_probe_fill.txt)
 
 
 def _set_chunking(target_chunks, min_chunk):
@@ -313,6 +316,18 @@ def _set_ramp_up(first_bytes, growth_percent=150, max_bytes=256 << 20):
 def _get_ramp_up():
     """(first_bytes, growth_percent, max_bytes) in use; see _set_ramp_up."""
     return _ramp_first, _ramp_growth, _ramp_max
+
+
+def _set_file_streaming_max(nbytes):
+    """Uploads from a file of up to ``nbytes`` bytes fill their slots through the copy
+    threads' bounce buffers with non-temporal stores; larger ones read straight into
+    the slots. For measurements (bench/probe_fill.py)."""
+    global _FILE_STREAM_MAX
+    _FILE_STREAM_MAX = c_int_arg(nbytes, "nbytes", 0, INT64_MAX)
+
+
+def _get_file_streaming_max():
+    return _FILE_STREAM_MAX
 
 
 def _set_streaming_stores(bint on):
@@ -659,7 +674,8 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
     p.k = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
     p.threads = cfg.threads
     p.device = dev
-    p.stream_stores = _stream_h2d and nbytes <= _STREAM_MAX
+    p.stream_stores = _stream_h2d and nbytes <= (
+        _FILE_STREAM_MAX if pieces != NULL and pieces.fd >= 0 else _STREAM_MAX)
     p.stream = <void*>s
     _mark(0, nbytes)
     epoch = c_copy_begin(p.threads)      # wakes the copy threads while the slots are found
