@@ -37,6 +37,7 @@ DLOPEN = {"etptr.cuda._driver"}
 def extensions():
     """One Extension per .pyx under etptr/; refuses to build a package without any."""
     exts = []
+    headers = [str(h.relative_to(HERE)) for h in sorted(HERE.glob("etptr/**/*.h"))]
     for pyx in sorted(HERE.glob("etptr/**/*.pyx")):
         rel = pyx.relative_to(HERE)
         name = ".".join(rel.with_suffix("").parts)
@@ -54,6 +55,7 @@ def extensions():
             libs.append("dl")
         exts.append(Extension(
             name, [str(rel)],
+            depends=headers,               # rebuilt when a C header they include changes
             include_dirs=[str(HERE / "etptr" / "_core")],
             define_macros=MACROS,
             extra_compile_args=flags,

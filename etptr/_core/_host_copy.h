@@ -80,7 +80,7 @@ static void etptr_copy_stream(char* dst, const char* src, size_t n) {
 
 /* A per-thread bounce buffer of ETPTR_BOUNCE_MAX bytes (freed when its thread ends),
    for file reads that land in it and are then copied out with streaming stores. */
-#define ETPTR_BOUNCE_MAX (1 << 20)
+#define ETPTR_BOUNCE_MAX (512 << 10)
 static pthread_key_t etptr_bounce_key;
 static int etptr_bounce_key_ok = 0;
 static pthread_once_t etptr_bounce_once = PTHREAD_ONCE_INIT;

@@ -277,9 +277,10 @@ cdef int64_t _ramp_max = 256 << 20     # in uploads up to this size (bench/resul
 cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
 cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies from memory up to this size: above it
                                        # memcpy was faster (bench/results/h200x2_chunking.txt)
-cdef int64_t _FILE_STREAM_MAX = 256 << 20   # ... and from a file up to this size, read through
-                                       # the threads' bounce buffers: above it straight reads
-                                       # were faster (bench/results/h200_probe_fill.txt)
+cdef int64_t _FILE_STREAM_MAX = 128 << 20   # ... and from a file up to this size, read through
+                                       # the threads' bounce buffers: 91 MB gained, 128 MB
+                                       # tied, 256 MB and up lost (bench/results/
+                                       # h200_probe_fill.txt)
 
 
 def _set_chunking(target_chunks, min_chunk):

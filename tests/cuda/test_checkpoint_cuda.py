@@ -47,8 +47,19 @@ def hook():
     _copy_engine._set_chunk_hook(None)
 
 
+@pytest.fixture(params=["straight", "bounced"])
+def file_fills(request):
+    """Uploads from a file fill their slots by reading straight into them, or through
+    the copy threads' bounce buffers (the default for files up to 128 MiB)."""
+    default = _copy_engine._get_file_streaming_max()
+    _copy_engine._set_file_streaming_max(0 if request.param == "straight" else 1 << 62)
+    yield request.param
+    _copy_engine._set_file_streaming_max(default)
+
+
 @pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
-def test_every_dtype_bit_exact_without_a_map(tmp_path, settings, no_maps, device_used):
+def test_every_dtype_bit_exact_without_a_map(tmp_path, settings, no_maps, device_used,
+                                             file_fills):
     path, arrays = _file(tmp_path, list(DTYPES))
     before = device_used()
     fds = open_fds()
@@ -342,7 +353,7 @@ def test_a_path_like_is_asked_for_its_path_once(tmp_path):
 
 # ------------------------------------------------------------------ copy_file_to_device
 
-def test_copy_file_to_device_pieces_and_gaps(tmp_path, alloc):
+def test_copy_file_to_device_pieces_and_gaps(tmp_path, alloc, file_fills):
     data = np.arange(1 << 16, dtype=np.uint8)
     path = tmp_path / "raw.bin"
     path.write_bytes(data.tobytes())
