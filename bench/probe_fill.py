@@ -98,6 +98,47 @@ def paired(path, f, line):
     del buf
 
 
+def memory_paired(where="/dev/shm"):
+    """Uploads from host memory (h2d_copy of one range, and the batched clone of MiniLM's
+    104 views of a mapped file) with slots filled by streaming stores or memcpy, in turns
+    (15 rounds): median us and x line, by size."""
+    line = pinned_line_gbps(reps=7, warmup=1)
+    default = _copy_engine._get_streaming_max()
+    say(f"\nuploads from memory, slots filled with streaming stores or memcpy, in turns; "
+        f"median us of 15 rounds (x line {line:.1f} GB/s); the default streams up to "
+        f"{default >> 20} MiB")
+    say("                       streaming stores  memcpy")
+    d = tempfile.mkdtemp(dir=where)
+    try:
+        path = write_layout("all-minilm-l6-v2", d)
+        views = list(etptr.load_safetensors(path, "cpu").values())
+        n_views = sum(v.nbytes for v in views)
+        cases = [(f"{n_views / 1e6:.0f} MB, 104 views", n_views,
+                  lambda: etptr.clone_tensor_ptrs_to(views, "cuda:0"))]
+        for mb in (64, 91, 128, 256):
+            n = mb * 1_000_000
+            host = etptr.make_tensor_ptr(np.ones(n, np.uint8))
+            out = etptr.empty([n], type=etptr.ScalarType.Byte, device="cuda:0")
+            cases.append((f"{mb} MB, h2d_copy", n,
+                          lambda host=host, out=out: etptr.h2d_copy(host, out)))
+        modes = {"stream": 1 << 62, "memcpy": 0}
+        for name, n, fn in cases:
+            fn()
+            times = {m: [] for m in modes}
+            for _ in range(15):
+                for m, limit in modes.items():
+                    _copy_engine._set_streaming_max(limit)
+                    try:
+                        times[m].append(median_seconds(fn, 1, 1))
+                    finally:
+                        _copy_engine._set_streaming_max(default)
+            cells = [f"{sorted(times[m])[7] * 1e6:7.0f} ({n / sorted(times[m])[7] / 1e9 / line:.2f})"
+                     for m in modes]
+            say(f"  {name:20s} " + "   ".join(cells))
+    finally:
+        shutil.rmtree(d)
+
+
 def synthetic(d, mb):
     """A safetensors file of ``mb`` MB in 16 MB float32 tensors."""
     from safetensors.numpy import save_file
@@ -176,6 +217,7 @@ def main(where):
         paired(path, read_plan(path).files[0], line)
     finally:
         shutil.rmtree(d)
+    memory_paired(where)
 
 
 if __name__ == "__main__":

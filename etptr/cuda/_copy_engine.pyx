@@ -319,6 +319,17 @@ def _get_ramp_up():
     return _ramp_first, _ramp_growth, _ramp_max
 
 
+def _set_streaming_max(nbytes):
+    """Uploads from memory of up to ``nbytes`` bytes fill their slots with non-temporal
+    stores; larger ones with memcpy. For measurements (bench/probe_fill.py)."""
+    global _STREAM_MAX
+    _STREAM_MAX = c_int_arg(nbytes, "nbytes", 0, INT64_MAX)
+
+
+def _get_streaming_max():
+    return _STREAM_MAX
+
+
 def _set_file_streaming_max(nbytes):
     """Uploads from a file of up to ``nbytes`` bytes fill their slots through the copy
     threads' bounce buffers with non-temporal stores; larger ones read straight into
