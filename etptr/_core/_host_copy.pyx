@@ -17,8 +17,10 @@ variable, so nothing spins while no copy runs and the pool does not compete
 with other thread pools (OpenMP's in torch, BLAS). Destinations read by a DMA
 next are written with non-temporal stores (``stream``). A segment may read a file
 instead of memory (``pread``, for checkpoint loads: a fresh map of the file would
-fault its pages in one by one, which halves a load's rate); the first read error
-ends the job and is returned. After ``fork()`` the child starts with no workers and
+fault its pages in one by one, which halves a load's rate); in a ``stream`` job each
+read lands in a small buffer of the thread (its bounce buffer, kept until the thread
+ends) and is copied out with non-temporal stores. The first read error ends the job
+and is returned. After ``fork()`` the child starts with no workers and
 makes new ones. No CUDA here.
 """
 import os

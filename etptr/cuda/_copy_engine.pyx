@@ -3,11 +3,12 @@
 Host -> device from pageable memory over the small-copy threshold goes in chunks
 through K pinned slots of S bytes (an upload of K slots or more, up to 256 MiB, starts
 with an 8 MiB chunk and grows by half each chunk up to S: its first DMA starts sooner):
-for chunk i the engine waits for slot i%K's
-event, T threads copy the chunk into the slot (without the GIL, non-temporal
-stores up to 64 MiB, :mod:`etptr._core._host_copy`), the slot's DMA is queued on
-the device's copy stream and the slot's event recorded, so the host copy of
-chunk i+1 overlaps the DMA of chunk i. A page-locked source goes up in one DMA;
+for chunk i the engine waits for slot i%K's event, T threads copy the chunk into
+the slot (without the GIL, :mod:`etptr._core._host_copy`; non-temporal stores in
+copies from memory up to 64 MiB, and in uploads from a file up to 128 MiB, whose
+reads go through each thread's bounce buffer), the slot's DMA is queued on the
+device's copy stream and the slot's event recorded, so the host copy of chunk i+1
+overlaps the DMA of chunk i. A page-locked source goes up in one DMA;
 a small pageable one in one ``cudaMemcpyAsync``. Device -> host into
 page-locked memory is one DMA; into pageable memory it is staged in reverse.
 The pipeline also moves many pieces at once (:c:type:`HostList`): each chunk
