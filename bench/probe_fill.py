@@ -70,6 +70,21 @@ def under_dma(fn, cupy, dev, pinned, n_dma):
     return t, n_dma * (256 << 20) / ms / 1e6, busy
 
 
+def in_turns(fn, knob, modes, default, rounds=15):
+    """{mode: median seconds of ``fn``} with ``knob(value)`` set to each of ``modes``'
+    values in turns, ``rounds`` times (one untimed call before each timed one)."""
+    fn()
+    times = {m: [] for m in modes}
+    for _ in range(rounds):
+        for m, value in modes.items():
+            knob(value)
+            try:
+                times[m].append(median_seconds(fn, 1, 1))
+            finally:
+                knob(default)
+    return {m: sorted(t)[len(t) // 2] for m, t in times.items()}
+
+
 def paired(path, f, line):
     """The file's upload alone and its load, with the slots filled by straight reads
     and through the bounce buffers, in turns (15 rounds): median us and x line."""
@@ -79,20 +94,10 @@ def paired(path, f, line):
     cases = {"upload": file_uploader(f, buf),
              "load_safetensors": lambda: etptr.load_safetensors(path, "cuda:0", progress=False)}
     modes = {"straight": 0, "bounce": 1 << 62}
-    default = _copy_engine._get_file_streaming_max()
     cells = []
     for fn in cases.values():
-        fn()
-        times = {m: [] for m in modes}
-        for _ in range(15):
-            for m, limit in modes.items():
-                _copy_engine._set_file_streaming_max(limit)
-                try:
-                    times[m].append(median_seconds(fn, 1, 1))
-                finally:
-                    _copy_engine._set_file_streaming_max(default)
-        for m in modes:
-            t = sorted(times[m])[7]
+        for t in in_turns(fn, _copy_engine._set_file_streaming_max, modes,
+                          _copy_engine._get_file_streaming_max()).values():
             cells.append(f"{t * 1e6:7.0f} ({f.data_size / t / 1e9 / line:.2f})")
     say(f"  {f.data_size / 1e6:7.1f} MB  " + "  ".join(cells))
     del buf
@@ -123,18 +128,9 @@ def memory_paired(where="/dev/shm"):
                           lambda host=host, out=out: etptr.h2d_copy(host, out)))
         modes = {"stream": 1 << 62, "memcpy": 0}
         for name, n, fn in cases:
-            fn()
-            times = {m: [] for m in modes}
-            for _ in range(15):
-                for m, limit in modes.items():
-                    _copy_engine._set_streaming_max(limit)
-                    try:
-                        times[m].append(median_seconds(fn, 1, 1))
-                    finally:
-                        _copy_engine._set_streaming_max(default)
-            cells = [f"{sorted(times[m])[7] * 1e6:7.0f} ({n / sorted(times[m])[7] / 1e9 / line:.2f})"
-                     for m in modes]
-            say(f"  {name:20s} " + "   ".join(cells))
+            medians = in_turns(fn, _copy_engine._set_streaming_max, modes, default)
+            say(f"  {name:20s} " + "   ".join(f"{t * 1e6:7.0f} ({n / t / 1e9 / line:.2f})"
+                                             for t in medians.values()))
     finally:
         shutil.rmtree(d)
 
