@@ -48,6 +48,54 @@ def test_threaded_host_copy_in_child_after_parent_used_copy_threads():
     assert "CHILD OK" in out.stdout and "PARENT OK" in out.stdout, out.stdout + out.stderr
 
 
+def test_streaming_file_reads_in_child_forked_while_the_parent_reads():
+    # A child forked from one thread while another reads a file through the copy
+    # threads' bounce buffers reads through its own threads and buffers, exactly.
+    out = run_isolated(FORK_AND_WAIT + """
+    import os, tempfile, threading
+    import numpy as np
+    from etptr._core import _host_copy
+    data = np.frombuffer(np.random.default_rng(1).bytes(24 << 20), np.uint8)
+    fd, path = tempfile.mkstemp()
+    os.write(fd, data.tobytes())
+    segs = lambda dst: [(dst.ctypes.data + 1, 3, (8 << 20) + 5), (dst.ctypes.data + (9 << 20), 7 << 20, 11 << 20)]
+    want = np.concatenate([data[3:3 + (8 << 20) + 5], data[7 << 20:18 << 20]])
+    got = lambda dst: np.concatenate([dst[1:1 + (8 << 20) + 5], dst[9 << 20:20 << 20]])
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        dst = np.zeros(21 << 20, np.uint8)
+        while not stop.is_set():
+            _host_copy.parallel_read(fd, segs(dst), 4, 8, True)
+            if not np.array_equal(got(dst), want):
+                errors.append("parent read wrong bytes")
+
+    t = threading.Thread(target=reader)
+    t.start()
+
+    def child():
+        dst = np.zeros(21 << 20, np.uint8)
+        for _ in range(3):
+            _host_copy.parallel_read(fd, segs(dst), 4, 8, True)
+            assert np.array_equal(got(dst), want)
+        print("CHILD OK")
+        return 0
+
+    try:
+        statuses = [fork_and_wait(child, limit=30) for _ in range(3)]
+    finally:
+        stop.set()
+        t.join()
+    os.unlink(path)
+    assert statuses == [0, 0, 0], statuses
+    assert not errors, errors
+    print("PARENT OK")
+    """, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("CHILD OK") == 3 and "PARENT OK" in out.stdout, out.stdout + out.stderr
+
+
 def test_host_only_etptr_in_child_without_cuda():
     out = run_isolated(FORK_AND_WAIT + """
     import numpy as np

@@ -83,16 +83,17 @@ static void etptr_copy_stream(char* dst, const char* src, size_t n) {
 #define ETPTR_BOUNCE_MAX (512 << 10)
 static pthread_key_t etptr_bounce_key;
 static int etptr_bounce_key_ok = 0;
-static pthread_once_t etptr_bounce_once = PTHREAD_ONCE_INIT;
 
-static void etptr_bounce_make_key(void) {
-    etptr_bounce_key_ok = pthread_key_create(&etptr_bounce_key, free) == 0;
+/* Made once, at import (not lazily: a fork while another thread made it could leave
+   the child waiting for a key that never comes). */
+static void etptr_bounce_init(void) {
+    if (!etptr_bounce_key_ok)
+        etptr_bounce_key_ok = pthread_key_create(&etptr_bounce_key, free) == 0;
 }
 
 /* This thread's bounce buffer, or NULL when none can be had (read straight then). */
 static char* etptr_bounce(void) {
     void* p;
-    pthread_once(&etptr_bounce_once, etptr_bounce_make_key);
     if (!etptr_bounce_key_ok) return NULL;
     p = pthread_getspecific(etptr_bounce_key);
     if (p == NULL) {

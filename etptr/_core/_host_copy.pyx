@@ -82,6 +82,7 @@ cdef extern from "_host_copy.h" nogil:
     void etptr_atomic_set_if_zero(long long* p, long long v)
     long long etptr_now_ns()
     void etptr_copy_stream(char* dst, const char* src, size_t n)
+    void etptr_bounce_init()
     char* etptr_bounce()
     enum: ETPTR_BOUNCE_MAX
 
@@ -125,6 +126,7 @@ cdef int _tp_workers = 0                  # threads started (changed under _tp_s
 cdef int _tp_failed = 0                   # pthread_create failures (the callers copy alone)
 cdef long long _tp_epoch = 0              # bumped by _tp_init (at import and after fork)
 cdef int _tp_ncpu = c_cpu_count()
+etptr_bounce_init()
 cdef int _spin_relax = 32                 # pause instructions per turn of an idle worker's spin
 cdef long long _read_bounce = 256 << 10   # a streaming job's file reads go through a per-
                                           # thread buffer of this many bytes (bench/results/
