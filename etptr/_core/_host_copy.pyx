@@ -549,8 +549,9 @@ def parallel_read(fd, segments, threads, pieces=FILL_PIECES, stream=False):
     """Read every ``(dst, file_offset, nbytes)`` of ``segments`` from the open file
     ``fd`` into host addresses, with up to ``threads`` threads, as one job in
     ``pieces`` pieces per thread (the loader's reads: FILL_PIECES); ``stream``:
-    through each thread's bounce buffer, copied out with non-temporal stores. For
-    tests and measurements.
+    through each thread's bounce buffer, copied out with non-temporal stores (by the
+    thread, as :func:`parallel_copy` copies: a destination that is not writable memory
+    faults instead of failing the read with EFAULT). For tests and measurements.
 
     Raises
     ------
