@@ -11,6 +11,10 @@ ctypedef int (*f_handle)(void* h) noexcept nogil
 ctypedef int (*f_record)(void* event, void* stream) noexcept nogil
 ctypedef int (*f_wait)(void* stream, void* event, unsigned int flags) noexcept nogil
 ctypedef int (*f_attr)(void* out, int attr, unsigned long long ptr) noexcept nogil
+ctypedef int (*f_write32)(void* s, unsigned long long addr, unsigned int value,
+                          unsigned int flags) noexcept nogil
+ctypedef int (*f_write64)(void* s, unsigned long long addr, unsigned long long value,
+                          unsigned int flags) noexcept nogil
 ctypedef int (*f_launch)(void* fn, unsigned int gx, unsigned int gy, unsigned int gz,
                          unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
                          void* stream, void** params, void** extra) noexcept nogil
@@ -34,15 +38,19 @@ cdef struct Api:
     f_wait stream_wait_event        # cuStreamWaitEvent
     f_attr pointer_attr             # cuPointerGetAttribute
     f_launch launch                 # cuLaunchKernel
+    f_write32 write32               # cuStreamWriteValue32 (NULL: not available)
+    f_write64 write64               # cuStreamWriteValue64 (NULL: not available)
     bint driver                     # True: libcuda's functions; False: the shims
 
 
 cdef enum:
     NOT_READY = 600                  # CUDA_ERROR_NOT_READY (and cudaErrorNotReady)
+    NOT_SUPPORTED = 801              # CUDA_ERROR_NOT_SUPPORTED
     SHIM_FAILED = 999                # a shim's Python call raised (the exception is kept)
     ATTR_MEMORY_TYPE = 2             # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
     ATTR_RANGE_START = 11            # CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
     ATTR_RANGE_SIZE = 12             # CU_POINTER_ATTRIBUTE_RANGE_SIZE
+    ATTR_IS_MANAGED = 8              # CU_POINTER_ATTRIBUTE_IS_MANAGED
     MEMORY_TYPE_HOST = 1             # CU_MEMORYTYPE_HOST
     MEMORY_TYPE_DEVICE = 2           # CU_MEMORYTYPE_DEVICE
 

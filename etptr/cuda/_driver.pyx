@@ -105,6 +105,7 @@ cdef void c_keep_forever(object obj) noexcept:
 
 cdef object _cp = None      # the cupy module (or a stand-in set by _set_backend)
 cdef object _rt = None      # its cuda.runtime
+cdef tuple _stream_types = ()   # its stream classes, whose handle is their ``ptr``
 cdef object _CudaError = None
 
 
@@ -138,8 +139,9 @@ def _set_backend(module):
 
     Every module holding CUDA objects of the previous backend is told to forget them
     (the callbacks of :func:`_on_backend_change`)."""
-    global _cp, _rt, _CudaError, _driver_why, _ndev, _py
+    global _cp, _rt, _CudaError, _driver_why, _ndev, _py, _stream_types
     _ndev = -1
+    _stream_types = ()
     _forget_contexts()
     for callback in _backend_callbacks:
         callback()
@@ -151,6 +153,9 @@ def _set_backend(module):
     _note_init()      # getDeviceCount below initialises the driver
     _cp = module
     _rt = module.cuda.runtime
+    _stream_types = tuple(t for t in (getattr(module.cuda, "Stream", None),
+                                      getattr(module.cuda, "ExternalStream", None))
+                          if isinstance(t, type))
     _CudaError = module.cuda.runtime.CUDARuntimeError
     _py = _PythonDriver(module)
     try:
@@ -206,9 +211,10 @@ _DRIVER_SYMBOLS = (b"cuCtxGetCurrent", b"cuCtxSetCurrent", b"cuCtxGetDevice", b"
                    b"cuMemcpyDtoDAsync_v2", b"cuStreamSynchronize", b"cuEventRecord",
                    b"cuEventSynchronize", b"cuEventQuery", b"cuStreamWaitEvent",
                    b"cuPointerGetAttribute", b"cuGetErrorName", b"cuLaunchKernel",
-                   b"cuModuleLoadData", b"cuModuleGetFunction", b"cuPointerGetAttributes")
+                   b"cuModuleLoadData", b"cuModuleGetFunction", b"cuPointerGetAttributes",
+                   b"cuStreamWriteValue32_v2", b"cuStreamWriteValue64_v2")
 cdef int _REQUIRED = 15
-cdef void* _sym[19]
+cdef void* _sym[21]
 
 ctypedef int (*_f_attrs)(unsigned int n, int* attrs, void** data,
                          unsigned long long ptr) noexcept nogil
@@ -252,6 +258,8 @@ cdef bint _load_driver():
     _cuGetErrorName = <_f_name>_sym[14]
     api.launch = <f_launch>_sym[15]
     _cuPointerGetAttributes = <_f_attrs>_sym[18]
+    api.write32 = <f_write32>_sym[19]
+    api.write64 = <f_write64>_sym[20]
     api.driver = True
     _driver_why = ""
     return True
@@ -482,6 +490,8 @@ cdef void _use_shims() noexcept:
     api.stream_wait_event = _shim_stream_wait_event
     api.pointer_attr = _shim_pointer_attr
     api.launch = NULL
+    api.write32 = NULL
+    api.write64 = NULL
     api.driver = False
 
 
@@ -621,9 +631,22 @@ cdef int c_pointer_attr(void* out, int attr, uintptr_t address) except? -1:
     return rc
 
 
+cdef int _quiet_attr(void* out, int attr, uintptr_t address) except? -1:
+    """One pointer attribute, for callers to whom "memory CUDA does not know" is an
+    answer: through cuPointerGetAttributes where libcuda has it (which answers for such
+    memory with a zero value, not by its slower error path), else :func:`c_pointer_attr`."""
+    cdef int attrs[1]
+    cdef void* data[1]
+    if api.driver and _cuPointerGetAttributes != NULL:
+        attrs[0] = attr
+        data[0] = out
+        return _cuPointerGetAttributes(1, attrs, data, address)
+    return c_pointer_attr(out, attr, address)
+
+
 cdef bint c_is_page_locked(uintptr_t address) except -1:
     cdef unsigned int kind = 0
-    if c_pointer_attr(&kind, ATTR_MEMORY_TYPE, address) != 0:
+    if _quiet_attr(&kind, ATTR_MEMORY_TYPE, address) != 0:
         return False              # memory CUDA does not know: pageable
     return kind == MEMORY_TYPE_HOST
 
@@ -631,7 +654,7 @@ cdef bint c_is_page_locked(uintptr_t address) except -1:
 cdef uintptr_t c_range_start(uintptr_t address) except? 0:
     """Start of the allocation holding ``address``, or 0 when the driver cannot say."""
     cdef unsigned long long start = 0
-    if c_pointer_attr(&start, ATTR_RANGE_START, address) != 0:
+    if _quiet_attr(&start, ATTR_RANGE_START, address) != 0:
         return 0
     return <uintptr_t>start
 
@@ -639,27 +662,31 @@ cdef uintptr_t c_range_start(uintptr_t address) except? 0:
 cdef int c_check_device_range(uintptr_t address, int64_t nbytes, str argname) except -1:
     """Refuse a copy that would run past the end of the device allocation holding
     ``address`` (asked of the driver, in one call where it can), before any byte is read
-    or written."""
-    cdef unsigned long long start = 0, size = 0
-    cdef int attrs[2]
-    cdef void* data[2]
+    or written. Returns 1 when the driver described the allocation in that one call and
+    it is not managed memory (a stream memory operation may write it), else 0."""
+    cdef unsigned long long start = 0, size = 0, managed = 0
+    cdef int attrs[3]
+    cdef void* data[3]
     if api.driver and _cuPointerGetAttributes != NULL:
         attrs[0] = ATTR_RANGE_START
         attrs[1] = ATTR_RANGE_SIZE
+        attrs[2] = ATTR_IS_MANAGED
         data[0] = &start
         data[1] = &size
-        if _cuPointerGetAttributes(2, attrs, data, address) != 0 or size == 0:
+        data[2] = &managed
+        if _cuPointerGetAttributes(3, attrs, data, address) != 0 or size == 0:
             return 0          # not an allocation the driver can describe: leave it to CUDA
     else:
         if c_pointer_attr(&start, ATTR_RANGE_START, address) != 0:
             return 0
         if c_pointer_attr(&size, ATTR_RANGE_SIZE, address) != 0 or size == 0:
             return 0
+        managed = 1           # not asked: no stream memory operations
     if address < start or <uint64_t>nbytes > size - (address - start):
         raise_error(Error.InvalidArgument,
                     f"nbytes={nbytes}: {argname}={address:#x} is {address - start} bytes into a "
                     f"device allocation of {size} bytes, so the copy would run past its end")
-    return 0
+    return 1 if managed == 0 else 0
 
 
 def pointer_device(ptr):
@@ -729,6 +756,11 @@ _MAX_HANDLE = (1 << 63) - 1
 cdef intptr_t c_stream_handle(object stream) except? -1:
     """A raw cudaStream_t from an int, a ``__cuda_stream__`` object, or ``.ptr``/``.cuda_stream``."""
     h = None
+    if type(stream) in _stream_types:   # CuPy's own classes (not subclasses): at once
+        h = stream.ptr
+        if isinstance(h, int) and not isinstance(h, bool) and 0 <= h <= _MAX_HANDLE:
+            return h
+        h = None
     if isinstance(stream, bool):
         h = None
     elif hasattr(stream, "__index__"):
