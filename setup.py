@@ -56,7 +56,7 @@ def extensions():
         exts.append(Extension(
             name, [str(rel)],
             depends=headers,               # rebuilt when a C header they include changes
-            include_dirs=[str(HERE / "etptr" / "_core")],
+            include_dirs=[str(HERE / "etptr" / "_core"), str(HERE / "etptr" / "cuda")],
             define_macros=MACROS,
             extra_compile_args=flags,
             extra_link_args=link,

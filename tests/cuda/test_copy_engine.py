@@ -111,6 +111,31 @@ def test_ramp_up_starts_uploads_with_growing_chunks(fake):
     assert np.array_equal(h.numpy(), a)
 
 
+def test_ramp_down_ends_uploads_with_halving_chunks(fake):
+    # with a ramp-down the last chunks halve (64 KiB multiples) down to its size; the
+    # bytes arrive whole either way, and downloads keep whole slots
+    a = _payload(64 * MiB)
+    assert _copy_engine._get_ramp_down() == 0            # off by default
+    try:
+        _copy_engine._set_ramp_down(2 * MiB)
+        d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+        ups = [c[2] for c in _h2d(fake)]
+        fake.calls.clear()
+        with copy_config(**SMALL):                        # the halving stops at the rest
+            _copy_engine._set_ramp_down(100 * 1024)
+            small = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a[:MiB + 1000]), "cuda")
+        small_ups = [c[2] for c in _h2d(fake)]
+    finally:
+        _copy_engine._set_ramp_down(0)
+    assert ups == [x * MiB for x in (8, 12, 16, 14, 7)] + [3.5 * MiB, 1.75 * MiB, 1.75 * MiB]
+    assert small_ups == [256 * 1024] * 3 + [192 * 1024, 64 * 1024 + 1000]   # halves rounded up
+    assert sum(small_ups) == MiB + 1000
+    assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), a)
+    assert np.array_equal(etptr.clone_tensor_ptr_to(small, "cpu").numpy(), a[:MiB + 1000])
+    with pytest.raises(etptr.InvalidArgumentError, match="last_bytes"):
+        _copy_engine._set_ramp_down(-1)
+
+
 def test_trace_stamps_each_chunk_in_order():
     a = _payload(2 * MiB + 100)
     try:
