@@ -70,3 +70,18 @@ def file_uploader(plan, buf):
             os.close(fd)
 
     return upload
+
+
+def in_turns(fn, knob, modes, default, rounds=15):
+    """{mode: median seconds of ``fn``} with ``knob(value)`` set to each of ``modes``'
+    values in turns, ``rounds`` times (one untimed call before each timed one)."""
+    fn()
+    times = {m: [] for m in modes}
+    for _ in range(rounds):
+        for m, value in modes.items():
+            knob(value)
+            try:
+                times[m].append(median_seconds(fn, 1, 1))
+            finally:
+                knob(default)
+    return {m: sorted(t)[len(t) // 2] for m, t in times.items()}

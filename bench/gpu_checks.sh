@@ -7,6 +7,7 @@
 #
 # STEP (default: build tests sweep many layouts bench_many):
 #   build       pip install --no-build-isolation --no-deps -e .
+#   inplace     setup.py build_ext --inplace (faster; etptr is then imported from the checkout)
 #   tests       pytest tests/cuda
 #   sweep       etptr-bench --sweep (no torch), with a plot
 #   torch_sweep etptr-bench --sweep with torch's series
@@ -18,6 +19,10 @@
 #   probe chunking sweep_copy two_gpu   the probes behind the engine's defaults
 #   probe_io    bench/probe_file_io.c: file -> pinned slots -> GPU, device -> new file,
 #               and 4-byte copies at the driver level
+#   tiny        bench/probe_tiny.c: the ways a 4-byte copy can be made (DMA, stream write,
+#               kernel; stream sync or a flag the host spins on)
+#   small       bench/probe_small_copies.py: 4- and 8-byte copies by each small-copy path
+#   ramp_down   bench/probe_ramp_down.py: uploads ending with halving chunks, paired
 #   probe_load  bench/probe_load.py: load_safetensors step by step
 #   pool_cap    bench/probe_pool_cap.py: batched downloads larger than the pool's cache
 #   slots       bench/probe_slots.py: slot size, slot count and threads on mid-size
@@ -47,6 +52,8 @@ run() {   # run NAME LIMIT_SECONDS COMMAND...
 for step in $steps; do
     case $step in
         build) run build 300 $py -m pip install --no-build-isolation --no-deps -e . ;;
+        inplace) run inplace 300 $py setup.py -q build_ext --inplace --parallel 16
+                 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} ;;
         tests) ETPTR_LOAD_SECONDS=10 run tests 300 $py -m pytest -q -s -p no:cacheprovider tests/cuda ;;
         sweep) run sweep 300 $py -m etptr.bench --sweep --no-torch --repeats 5 --plot "$out/sweep.png" ;;
         torch_sweep) run torch_sweep 300 $py -m etptr.bench --sweep --repeats 5 ;;
@@ -64,6 +71,10 @@ for step in $steps; do
                         --benchmark-only --benchmark-columns=median,ops ;;
         probe_io) cc -O2 -pthread bench/probe_file_io.c -ldl -o "$out/probe_file_io" &&
                   run probe_io 200 "$out/probe_file_io" /dev/shm 1024 15 ;;
+        tiny) cc -O2 bench/probe_tiny.c -ldl -o "$out/probe_tiny" &&
+              run tiny 120 "$out/probe_tiny" ;;
+        small) run small 200 $py bench/probe_small_copies.py ;;
+        ramp_down) run ramp_down 300 $py bench/probe_ramp_down.py /dev/shm ;;
         probe_load) run probe_load 200 $py bench/probe_load.py ;;
         pool_cap) run pool_cap 200 $py bench/probe_pool_cap.py ;;
         slots) run slots 300 $py bench/probe_slots.py ;;

@@ -20,7 +20,7 @@ import sys
 import tempfile
 
 import numpy as np
-from _timing import file_uploader, median_seconds, pinned_line_gbps, say, write_log
+from _timing import file_uploader, in_turns, median_seconds, pinned_line_gbps, say, write_log
 
 import etptr
 from etptr._core import _host_copy
@@ -68,21 +68,6 @@ def under_dma(fn, cupy, dev, pinned, n_dma):
     end.synchronize()
     ms = cupy.cuda.get_elapsed_time(start, end)
     return t, n_dma * (256 << 20) / ms / 1e6, busy
-
-
-def in_turns(fn, knob, modes, default, rounds=15):
-    """{mode: median seconds of ``fn``} with ``knob(value)`` set to each of ``modes``'
-    values in turns, ``rounds`` times (one untimed call before each timed one)."""
-    fn()
-    times = {m: [] for m in modes}
-    for _ in range(rounds):
-        for m, value in modes.items():
-            knob(value)
-            try:
-                times[m].append(median_seconds(fn, 1, 1))
-            finally:
-                knob(default)
-    return {m: sorted(t)[len(t) // 2] for m, t in times.items()}
 
 
 def paired(path, f, line):
