@@ -146,7 +146,7 @@ def make(ndev=2, device_bytes=1 << 30):
         dev = _need_context()
         _check_copy(kind, dst, src, n)
         pinned = state.host.owner(src if kind == 1 else dst) is not None
-        state.calls.append(("memcpyAsync", kind, n, stream, pinned, dev))
+        state.calls.append(("memcpyAsync", kind, n, stream, pinned, dev, dst, src))
         ctypes.memmove(dst, src, n)
 
     def memcpy(dst, src, n, kind):

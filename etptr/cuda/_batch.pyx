@@ -10,9 +10,11 @@ into large transfers:
   tensors): one pipelined copy of the range; the copy threads gather (H2D)
   or scatter (D2H) the host pieces into the pinned slots, one DMA per slot.
 * Device sides scattered over separate allocations (copies into existing
-  tensors, a KV cache): pieces of 1 MiB and more go one by one through the
-  single-copy path; the small ones go in rounds through a per-device
-  scratch area: host pieces are packed into it by one pipelined copy and a
+  tensors, a KV cache): uploads of pageable pieces of 1 MiB and more go in one
+  pipelined copy of their bytes packed in order, each chunk's DMA one per piece
+  it holds; other pieces of 1 MiB and more (page-locked, or downloads) go one
+  by one through the single-copy path; the small ones go in rounds through a
+  per-device scratch area: host pieces are packed into it by one pipelined copy and a
   kernel scatters them to their tensors (H2D), or a kernel gathers them
   into it and one copy brings it down (D2H). Without a kernel (the CUDA
   stand-in, a driver that cannot load PTX) each piece is copied alone.
@@ -35,12 +37,21 @@ from etptr.cuda._copy_engine cimport (
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cupy, c_enter_device,
     c_event_create, c_exit_device, c_is_page_locked, c_module_function, c_range_start)
+from etptr.cuda._pinned_pool cimport c_default_pool
 
 from etptr._core._error import Error, NotSupportedError
 from etptr.cuda._driver import _on_backend_change, _on_fork_child
 from etptr.cuda import _kernels
 
-cdef int64_t _LARGE = 1 << 20            # pieces this large go alone (already at line rate)
+cdef int64_t _LARGE = 1 << 20            # pieces this large skip the scratch area
+cdef bint _scattered_on = True           # large pageable pieces up in one pipeline (else alone)
+
+
+def _set_scattered_pipeline(on):
+    """Upload a batch's large pageable pieces with scattered device sides in one
+    pipeline (True, the default) or each through its own copy (False). For probes."""
+    global _scattered_on
+    _scattered_on = bool(on)
 cdef int64_t _SCRATCH_MAX = 64 << 20     # bytes of scratch per device, at most
 cdef int64_t _PACK_ALIGN = 16            # packed pieces start at 16-byte multiples
 cdef int64_t _NEAR = 256                 # gaps up to this per piece still count as one range
@@ -167,7 +178,35 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
         L.starts = starts
         L.n = count
         L.fd = fd
+        L.dev = NULL
         c_staged(base, 0, &L, span, d, s, h2d, sync or not h2d, cfg)
+    finally:
+        free(starts)
+    return 0
+
+
+cdef int _scattered_up(const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
+                       int64_t count, int d, intptr_t s, CopyConfig* cfg) except -1:
+    """Large pageable pieces up to scattered device sides: one pipelined copy of their
+    bytes packed in order, each chunk's DMA one per piece it holds (a piece alone would
+    be a short pipeline of its own, whose fixed costs the next piece waits behind)."""
+    cdef HostList L
+    cdef int64_t i, total = 0
+    cdef int64_t* starts = <int64_t*>malloc(count * sizeof(int64_t))
+    if starts == NULL:
+        raise MemoryError()
+    try:
+        for i in range(count):
+            c_check_device_range(dst[i], n[i], "dst")
+            starts[i] = total
+            total += n[i]
+        L.host = <char**>src
+        L.lens = n
+        L.starts = starts
+        L.n = count
+        L.fd = -1
+        L.dev = dst
+        c_staged(0, 0, &L, total, d, s, True, False, cfg)
     finally:
         free(starts)
     return 0
@@ -273,10 +312,13 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
     cdef intptr_t s = c_copy_stream(d, stream)
     cdef const uintptr_t* dev_side = dst if h2d else src
     cdef const uintptr_t* host_side = src if h2d else dst
-    cdef int64_t i, nsmall = 0
+    cdef int64_t i, nsmall = 0, nlarge = 0
     cdef uintptr_t* sd
     cdef uintptr_t* ss
     cdef int64_t* sn
+    cdef uintptr_t* ld
+    cdef uintptr_t* ls
+    cdef int64_t* ln
     if fd >= 0 and on_queued is not None:
         _ranged(dev_side, host_side, n, count, d, s, h2d, False, cfg, fd)
         try:
@@ -289,23 +331,37 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
     sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     ss = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     sn = <int64_t*>malloc(count * sizeof(int64_t))
+    ld = <uintptr_t*>malloc(count * sizeof(uintptr_t))
+    ls = <uintptr_t*>malloc(count * sizeof(uintptr_t))
+    ln = <int64_t*>malloc(count * sizeof(int64_t))
     try:
-        if sd == NULL or ss == NULL or sn == NULL:
+        if sd == NULL or ss == NULL or sn == NULL or ld == NULL or ls == NULL or ln == NULL:
             raise MemoryError()
         for i in range(count):
-            if n[i] >= _LARGE:
+            if n[i] >= _LARGE and h2d and _scattered_on and \
+                    c_default_pool().c_find(src[i]) is None and not c_is_page_locked(src[i]):
+                ld[nlarge] = dst[i]           # pageable: packed into one pipeline below
+                ls[nlarge] = src[i]
+                ln[nlarge] = n[i]
+                nlarge += 1
+            elif n[i] >= _LARGE:
                 c_transfer(dev_side[i], host_side[i], n[i], d, s, False, cfg, h2d)
             elif n[i] > 0:
                 sd[nsmall] = dst[i]
                 ss[nsmall] = src[i]
                 sn[nsmall] = n[i]
                 nsmall += 1
+        if nlarge:
+            _scattered_up(ld, ls, ln, nlarge, d, s, cfg)
         if nsmall:
             _rounds(sd, ss, sn, nsmall, d, s, h2d, cfg)
     finally:
         free(sd)
         free(ss)
         free(sn)
+        free(ld)
+        free(ls)
+        free(ln)
     if sync:
         _sync(s)
     return 0

@@ -13,12 +13,16 @@ cdef struct HostList:
     # at host[i], at offset starts[i] of the device range (sorted, not overlapping;
     # the gaps between pieces are neither read nor written on the host). With
     # ``fd >= 0`` (uploads only) the pieces are in that open file: host[i] is the
-    # piece's byte offset in it, and the copy threads read it with pread().
+    # piece's byte offset in it, and the copy threads read it with pread(). With
+    # ``dev`` not NULL (uploads only) the device sides are scattered too: piece i goes
+    # to device address dev[i], the "range" is the pieces' bytes packed in order, and
+    # each chunk's DMA is one per piece it holds.
     char** host
     const int64_t* lens
     const int64_t* starts
     int64_t n
     int fd
+    const uintptr_t* dev
 
 
 cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,

@@ -514,16 +514,10 @@ cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
     from the file for a file's pieces). Returns 0 or a file read's error (as
     :func:`~etptr._core._host_copy.c_par_copy_list`)."""
     cdef const HostList* L = p.pieces
-    cdef int64_t lo = 0, hi = L.n, mid, end, i, a, b, nseg = 0
+    cdef int64_t lo = _first_piece(L, off), end, i, a, b, nseg = 0
     cdef int rc = 0
     cdef Segment one
     cdef Segment* segs
-    while lo < hi:                      # the first piece ending after off
-        mid = (lo + hi) // 2
-        if L.starts[mid] + L.lens[mid] <= off:
-            lo = mid + 1
-        else:
-            hi = mid
     end = lo
     while end < L.n and L.starts[end] < off + m:
         end += 1
@@ -554,6 +548,39 @@ cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
         rc = c_par_copy_list(segs, nseg, p.threads, stream, _fill_pieces if h2d else 1)
         free(segs)
     return rc
+
+
+cdef int64_t _first_piece(const HostList* L, int64_t off) noexcept nogil:
+    """The first piece of ``L`` that ends after ``off`` (``L.n`` if none)."""
+    cdef int64_t lo = 0, hi = L.n, mid
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if L.starts[mid] + L.lens[mid] <= off:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef int _dma_to_pieces(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
+    """Queue the DMAs of bytes [off, off+m) of the packed range, held in ``slot``, to
+    the device addresses of the pieces they belong to (scattered device sides); the
+    first failing call's return code, or 0."""
+    cdef const HostList* L = p.pieces
+    cdef int64_t i = _first_piece(L, off), a, b
+    cdef int rc
+    while i < L.n and L.starts[i] < off + m:
+        a = L.starts[i] if L.starts[i] > off else off
+        b = L.starts[i] + L.lens[i]
+        if b > off + m:
+            b = off + m
+        if a < b:
+            rc = api.htod(<unsigned long long>(L.dev[i] + <uintptr_t>(a - L.starts[i])),
+                          slot + (a - off), <size_t>(b - a), p.stream)
+            if rc != 0:
+                return rc
+        i += 1
+    return 0
 
 
 cdef inline int _fill(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
@@ -598,7 +625,10 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
         if rc != 0:
             _read_failed(rc, p, off)
         _mark(3, i)
-        rc = api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
+        if p.pieces != NULL and p.pieces.dev != NULL:
+            rc = _dma_to_pieces(p, p.slot[j], off, m)
+        else:
+            rc = api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
         if rc == 0:
             rc = api.event_record(p.event[j], p.stream)
         if rc != 0:

@@ -81,6 +81,102 @@ def test_copies_into_existing_scattered_tensors(settings, pool):
         np.testing.assert_array_equal(b.numpy(), a)
 
 
+LARGE = [MiB // 4, (3 * MiB) // 4 + 5, (2 * MiB) // 4 + 100, 5 * MiB // 4, MiB // 4 + 1]
+
+
+def _ups(fake):
+    return [c for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 1]
+
+
+@pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
+def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, settings, pool):
+    # pageable pieces of 1 MiB and more: their bytes packed into the slots in order,
+    # each chunk's DMA one per piece it holds, never past a piece's end; small pieces
+    # and a page-locked large one beside them take their own paths
+    arrays = _arrays(LARGE + [3, 1000], seed=7)
+    outs = [etptr.empty([a.size], ST.Int, device="cuda") for a in arrays]
+    srcs = [etptr.make_tensor_ptr(a) for a in arrays]
+    pinned = etptr.clone_tensor_ptr_to(etptr.clone_tensor_ptr_to(srcs[1], "cuda"), "cpu")
+    srcs.append(pinned)
+    arrays.append(arrays[1])
+    outs.append(etptr.empty([arrays[1].size], ST.Int, device="cuda"))
+    fake.calls.clear()
+    try:
+        _copy_engine._set_trace(True)
+        with copy_config(**settings):
+            etptr.h2d_copy(srcs, outs)
+    finally:
+        _copy_engine._set_trace(False)
+    begins = [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
+    ups = _ups(fake)
+    for a, o in zip(arrays, outs):
+        np.testing.assert_array_equal(_host(o), a)
+    spans = {o.data_ptr: o.nbytes for o in outs}
+    for c in ups:
+        n, dst = c[2], c[6]
+        base = max(p for p in spans if p <= dst)
+        assert dst + n <= base + spans[base]          # no DMA runs past a piece's end
+    large = sum(a.nbytes for a in arrays[:len(LARGE)])
+    into_large = [c for c in ups if any(o.data_ptr <= c[6] < o.data_ptr + o.nbytes
+                                        for o in outs[:len(LARGE)])]
+    assert sum(c[2] for c in into_large) == large
+    # in order through the packed bytes: each DMA starts where the one before ended
+    packed_at, at = {}, 0
+    for o in outs[:len(LARGE)]:
+        packed_at[o.data_ptr] = at
+        at += o.nbytes
+    at = 0
+    for c in into_large:
+        base = max(p for p in packed_at if p <= c[6])
+        assert packed_at[base] + (c[6] - base) == at
+        at += c[2]
+    assert begins == [large]                          # one pipelined copy of them all
+    assert [c[2] for c in ups if c[7] == pinned.data_ptr] == [pinned.nbytes]   # one DMA
+    assert pool.stats()["blocks_in_use"] == 1                                  # ``pinned``
+
+
+def test_large_pieces_one_by_one_when_the_pipeline_is_off(fake):
+    from etptr.cuda import _batch
+    arrays = _arrays(LARGE, seed=8)
+    outs = [etptr.empty([a.size], ST.Int, device="cuda") for a in arrays]
+    _batch._set_scattered_pipeline(False)
+    try:
+        _copy_engine._set_trace(True)
+        with copy_config(**SMALL):
+            etptr.h2d_copy([etptr.make_tensor_ptr(a) for a in arrays], outs)
+    finally:
+        _copy_engine._set_trace(False)
+        _batch._set_scattered_pipeline(True)
+    begins = [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
+    assert begins == [a.nbytes for a in arrays]       # a pipelined copy each
+    for a, o in zip(arrays, outs):
+        np.testing.assert_array_equal(_host(o), a)
+
+
+def test_failure_in_the_scattered_pipeline_keeps_nothing(fake, pool, device_used):
+    # a DMA failing part way through the packed upload: the error names the copy, no
+    # pinned slot stays taken, and the outs hold old or new bytes, nothing else
+    arrays = _arrays(LARGE, seed=9)
+    outs = [etptr.zeros([a.size], ST.Int, device="cuda") for a in arrays]
+    srcs = [etptr.make_tensor_ptr(a) for a in arrays]
+    before = pool.stats()["blocks_in_use"]
+    fake.fail_memcpy_after = 4
+    try:
+        with copy_config(**SMALL):
+            with pytest.raises(etptr.EtError, match="injected"):
+                etptr.h2d_copy(srcs, outs)
+    finally:
+        fake.fail_memcpy_after = None
+    gc.collect()
+    assert pool.stats()["blocks_in_use"] == before
+    for a, o in zip(arrays, outs):
+        got = _host(o)
+        assert np.all((got == a) | (got == 0))
+    etptr.h2d_copy(srcs, outs)                       # and the next batch works
+    for a, o in zip(arrays, outs):
+        np.testing.assert_array_equal(_host(o), a)
+
+
 def test_single_pair_copies(cp):
     a = np.arange(10, dtype=np.float32)
     out = etptr.empty([10], device="cuda")

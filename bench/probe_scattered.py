@@ -1,0 +1,53 @@
+"""Probe: a batched h2d_copy into separately allocated device tensors, with the large
+pageable pieces in one pipeline (``_batch._set_scattered_pipeline(True)``, the default)
+or each through its own copy (False), in turns (15 rounds, median; x line).
+
+    python bench/probe_scattered.py [DIR] [OUTFILE]     (default DIR: /dev/shm)
+
+Cases: the tensors of all-MiniLM-L6-v2 (104 fp32, 91 MB) and Qwen2.5-0.5B (290 bf16,
+0.99 GB) shaped checkpoints, read into host memory, copied into tensors allocated one
+by one on cuda:0 (the pattern of reloading weights into a model that exists).
+"""
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+from _timing import in_turns, pinned_line_gbps, say, write_log
+
+import etptr
+from etptr.bench._layouts import write_layout
+from etptr.cuda import _batch
+
+
+def main(argv):
+    from safetensors.numpy import load_file
+    root = argv[1] if len(argv) > 1 else "/dev/shm"
+    line = pinned_line_gbps()
+    say(f"line (pinned 256 MiB): {line:.1f} GB/s")
+    say("case: us per call (x line), one pipeline | each piece alone")
+    tmp = tempfile.mkdtemp(dir=root)
+    try:
+        for name in ("all-minilm-l6-v2", "qwen2.5-0.5b"):
+            path = write_layout(name, tmp, seed=1)
+            arrays = [np.ascontiguousarray(a) for a in load_file(str(path)).values()]
+            path.unlink()
+            srcs = [etptr.make_tensor_ptr(a) for a in arrays]
+            outs = [etptr.clone_tensor_ptr_to(t, "cuda:0") for t in srcs]   # one by one
+            nbytes = sum(a.nbytes for a in arrays)
+            t = in_turns(lambda: etptr.h2d_copy(srcs, outs), _batch._set_scattered_pipeline,
+                         {"one pipeline": True, "alone": False}, True)
+            say(f"  {name} ({len(arrays)} tensors, {nbytes / 1e6:.1f} MB): " + " | ".join(
+                f"{v * 1e6:7.0f} ({nbytes / v / 1e9 / line:.3f})" for v in t.values()))
+            back = etptr.clone_tensor_ptrs_to(outs, "cpu")
+            assert all(np.array_equal(a.view(np.uint8), b.numpy().view(np.uint8))
+                       for a, b in zip(arrays, back))
+            del srcs, outs, back, arrays
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if len(argv) > 2:
+        write_log(argv[2])
+
+
+if __name__ == "__main__":
+    main(sys.argv)
