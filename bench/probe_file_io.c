@@ -14,7 +14,6 @@
    new file in DIR by (a) memcpy into a fresh shared map, (b) pwrite from THREADS
    threads, (c) pwrite from one thread, (d) fallocate, then (a). */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -32,39 +31,7 @@
 #define MADV_POPULATE_WRITE 23
 #endif
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-static CUresult (*cuInit)(unsigned);
-static CUresult (*cuDeviceGet)(int*, int);
-static CUresult (*cuDevicePrimaryCtxRetain)(void**, int);
-static CUresult (*cuCtxSetCurrent)(void*);
-static CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
-static CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
-static CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, void*);
-static CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, void*);
-static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
-static CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
-static CUresult (*cuStreamCreate)(void**, unsigned);
-static CUresult (*cuStreamSynchronize)(void*);
-static CUresult (*cuEventCreate)(void**, unsigned);
-static CUresult (*cuEventRecord)(void*, void*);
-static CUresult (*cuEventSynchronize)(void*);
-
-static void* sym(void* h, const char* name) {
-    void* p = dlsym(h, name);
-    if (!p) { fprintf(stderr, "no %s\n", name); exit(1); }
-    return p;
-}
-static void ck(CUresult r, const char* what) {
-    if (r) { fprintf(stderr, "%s: %d\n", what, r); exit(1); }
-}
-#define CK(x) ck((x), #x)
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
+#include "probe_cuda.h"
 
 #define SLOT (16L << 20)
 #define K 3
@@ -201,18 +168,7 @@ int main(int argc, char** argv) {
     const char* dir = argc > 1 ? argv[1] : "/dev/shm";
     N = (argc > 2 ? atol(argv[2]) : 1024) << 20;
     T = argc > 3 ? atoi(argv[3]) : 15;
-    void* h = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!h) { fprintf(stderr, "no libcuda.so.1\n"); return 1; }
-    cuInit = sym(h, "cuInit"); cuDeviceGet = sym(h, "cuDeviceGet");
-    cuDevicePrimaryCtxRetain = sym(h, "cuDevicePrimaryCtxRetain");
-    cuCtxSetCurrent = sym(h, "cuCtxSetCurrent"); cuMemAlloc = sym(h, "cuMemAlloc_v2");
-    cuMemHostAlloc = sym(h, "cuMemHostAlloc");
-    cuMemcpyHtoDAsync = sym(h, "cuMemcpyHtoDAsync_v2");
-    cuMemcpyDtoHAsync = sym(h, "cuMemcpyDtoHAsync_v2");
-    cuMemcpyHtoD = sym(h, "cuMemcpyHtoD_v2"); cuMemcpyDtoH = sym(h, "cuMemcpyDtoH_v2");
-    cuStreamCreate = sym(h, "cuStreamCreate"); cuStreamSynchronize = sym(h, "cuStreamSynchronize");
-    cuEventCreate = sym(h, "cuEventCreate"); cuEventRecord = sym(h, "cuEventRecord");
-    cuEventSynchronize = sym(h, "cuEventSynchronize");
+    load_cuda();
     int d; void* ctx; void* st;
     CK(cuInit(0)); CK(cuDeviceGet(&d, 0)); CK(cuDevicePrimaryCtxRetain(&ctx, d));
     CK(cuCtxSetCurrent(ctx)); CK(cuStreamCreate(&st, 1));

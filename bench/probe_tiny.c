@@ -11,30 +11,14 @@
    pageable memory). D2H, into page-locked memory: a DMA, or a kernel that stores the
    value and then the flag. Each line: median over 7 rounds of the mean of 4000 calls. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
-static CUresult (*cuInit)(unsigned);
-static CUresult (*cuDeviceGet)(int*, int);
-static CUresult (*cuDevicePrimaryCtxRetain)(void**, int);
-static CUresult (*cuCtxSetCurrent)(void*);
-static CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
-static CUresult (*cuMemHostAlloc)(void**, size_t, unsigned);
-static CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, void*);
-static CUresult (*cuMemcpyDtoHAsync)(void*, CUdeviceptr, size_t, void*);
-static CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);
-static CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);
-static CUresult (*cuStreamCreate)(void**, unsigned);
-static CUresult (*cuStreamSynchronize)(void*);
-static CUresult (*cuEventCreate)(void**, unsigned);
-static CUresult (*cuEventRecord)(void*, void*);
-static CUresult (*cuEventSynchronize)(void*);
+#include "probe_cuda.h"
+
 static CUresult (*cuStreamWriteValue32)(void*, CUdeviceptr, uint32_t, unsigned);
 static CUresult (*cuStreamWriteValue64)(void*, CUdeviceptr, uint64_t, unsigned);
 static CUresult (*cuModuleLoadData)(void**, const void*);
@@ -47,22 +31,6 @@ static CUresult (*cuPointerGetAttributes)(unsigned, int*, void**, CUdeviceptr);
 static CUresult (*cuCtxGetCurrent)(void**);
 static CUresult (*cuEventQuery)(void*);
 
-static void* sym(void* h, const char* name, const char* alt) {
-    void* p = dlsym(h, name);
-    if (!p && alt) p = dlsym(h, alt);
-    if (!p) { fprintf(stderr, "no %s\n", name); exit(1); }
-    return p;
-}
-static void ck(CUresult r, const char* what) {
-    if (r) { fprintf(stderr, "%s: %d\n", what, r); exit(1); }
-}
-#define CK(x) ck((x), #x)
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 static int cmp(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;
     return (x > y) - (x < y);
@@ -110,29 +78,17 @@ static void spin(void) {
                r[ROUNDS - 1]); } while (0)
 
 int main(void) {
-    void* h = dlopen("libcuda.so.1", RTLD_NOW);
-    if (!h) { fprintf(stderr, "no libcuda.so.1\n"); return 1; }
-    cuInit = sym(h, "cuInit", 0); cuDeviceGet = sym(h, "cuDeviceGet", 0);
-    cuDevicePrimaryCtxRetain = sym(h, "cuDevicePrimaryCtxRetain", 0);
-    cuCtxSetCurrent = sym(h, "cuCtxSetCurrent", 0); cuMemAlloc = sym(h, "cuMemAlloc_v2", 0);
-    cuMemHostAlloc = sym(h, "cuMemHostAlloc", 0);
-    cuMemcpyHtoDAsync = sym(h, "cuMemcpyHtoDAsync_v2", 0);
-    cuMemcpyDtoHAsync = sym(h, "cuMemcpyDtoHAsync_v2", 0);
-    cuMemcpyHtoD = sym(h, "cuMemcpyHtoD_v2", 0); cuMemcpyDtoH = sym(h, "cuMemcpyDtoH_v2", 0);
-    cuStreamCreate = sym(h, "cuStreamCreate", 0);
-    cuStreamSynchronize = sym(h, "cuStreamSynchronize", 0);
-    cuEventCreate = sym(h, "cuEventCreate", 0); cuEventRecord = sym(h, "cuEventRecord", 0);
-    cuEventSynchronize = sym(h, "cuEventSynchronize", 0);
-    cuStreamWriteValue32 = sym(h, "cuStreamWriteValue32_v2", "cuStreamWriteValue32");
-    cuStreamWriteValue64 = sym(h, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
-    cuModuleLoadData = sym(h, "cuModuleLoadData", 0);
-    cuModuleGetFunction = sym(h, "cuModuleGetFunction", 0);
-    cuLaunchKernel = sym(h, "cuLaunchKernel", 0);
-    cuDeviceGetAttribute = sym(h, "cuDeviceGetAttribute", 0);
-    cuPointerGetAttribute = sym(h, "cuPointerGetAttribute", 0);
-    cuPointerGetAttributes = sym(h, "cuPointerGetAttributes", 0);
-    cuCtxGetCurrent = sym(h, "cuCtxGetCurrent", 0);
-    cuEventQuery = sym(h, "cuEventQuery", 0);
+    void* h = load_cuda();
+    cuStreamWriteValue32 = sym_or(h, "cuStreamWriteValue32_v2", "cuStreamWriteValue32");
+    cuStreamWriteValue64 = sym_or(h, "cuStreamWriteValue64_v2", "cuStreamWriteValue64");
+    cuModuleLoadData = sym(h, "cuModuleLoadData");
+    cuModuleGetFunction = sym(h, "cuModuleGetFunction");
+    cuLaunchKernel = sym(h, "cuLaunchKernel");
+    cuDeviceGetAttribute = sym(h, "cuDeviceGetAttribute");
+    cuPointerGetAttribute = sym(h, "cuPointerGetAttribute");
+    cuPointerGetAttributes = sym(h, "cuPointerGetAttributes");
+    cuCtxGetCurrent = sym(h, "cuCtxGetCurrent");
+    cuEventQuery = sym(h, "cuEventQuery");
 
     int d; void* ctx; void* st; void* ev;
     CK(cuInit(0)); CK(cuDeviceGet(&d, 0)); CK(cuDevicePrimaryCtxRetain(&ctx, d));
