@@ -1,5 +1,5 @@
 """Probe: 4- and 8-byte copies into existing tensors by each of the engine's small-copy
-paths (``_copy_engine._set_tiny_paths``), next to CuPy's.
+paths (``_small_copy._set_tiny_paths``), next to CuPy's.
 
     python bench/probe_small_copies.py [OUTFILE]
 
@@ -18,7 +18,7 @@ import numpy as np
 from _timing import say, write_log
 
 import etptr
-from etptr.cuda import _copy_engine
+from etptr.cuda import _small_copy
 
 PATHS = {"writes+fence": dict(writes=True, fence=True),
          "slots+fence": dict(writes=False, fence=True),
@@ -39,8 +39,8 @@ def main(argv):
     import cupy as cp
     cur = cp.cuda.get_current_stream()
     etptr.clone_tensor_ptr_to(etptr.full([1], 1.0), "cuda:0")      # loads the driver
-    say(f"stream writes available: {_copy_engine._stream_writes_available()}; "
-        f"default paths: {_copy_engine._get_tiny_paths()}")
+    say(f"stream writes available: {_small_copy._stream_writes_available()}; "
+        f"default paths: {_small_copy._get_tiny_paths()}")
     for nbytes in (4, 8):
         host = np.arange(nbytes // 4, dtype=np.float32) + 1.5
         src = etptr.make_tensor_ptr(host)
@@ -53,19 +53,19 @@ def main(argv):
                 "d2h_copy into page-locked": lambda: etptr.d2h_copy(dev, pin)}
         times = {(p, r): [] for p in PATHS for r in rows}
         peers = {"ndarray.set()": [], "ndarray.get(out=pinned)": []}
-        before = _copy_engine._get_tiny_paths()
+        before = _small_copy._get_tiny_paths()
         try:
             for _ in range(7):
                 for p, kw in PATHS.items():
-                    _copy_engine._set_tiny_paths(**kw)
+                    _small_copy._set_tiny_paths(**kw)
                     for r, fn in rows.items():
                         times[p, r].append(per_call_us(fn))
                         cur.synchronize()
-                _copy_engine._set_tiny_paths(**before)
+                _small_copy._set_tiny_paths(**before)
                 peers["ndarray.set()"].append(per_call_us(lambda: cdev.set(host)))
                 peers["ndarray.get(out=pinned)"].append(per_call_us(lambda: cdev.get(out=cpin)))
         finally:
-            _copy_engine._set_tiny_paths(**before)
+            _small_copy._set_tiny_paths(**before)
         assert etptr.clone_tensor_ptr_to(dev, "cpu").numpy().tolist() == host.tolist()
         med = {k: statistics.median(v) for k, v in times.items()}
         pmed = {k: statistics.median(v) for k, v in peers.items()}

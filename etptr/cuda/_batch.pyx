@@ -14,9 +14,9 @@ into large transfers:
   pipelined copy of their bytes packed in order, each chunk's DMA one per piece
   it holds; other pieces of 1 MiB and more (page-locked, or downloads) go one
   by one through the single-copy path; the small ones go in rounds through a
-  per-device scratch area: host pieces are packed into it by one pipelined copy and a
-  kernel scatters them to their tensors (H2D), or a kernel gathers them
-  into it and one copy brings it down (D2H). Without a kernel (the CUDA
+  per-device scratch area: host pieces are packed into it by one pipelined
+  copy and a kernel scatters them to their tensors (H2D), or a kernel gathers
+  them into it and one copy brings it down (D2H). Without a kernel (the CUDA
   stand-in, a driver that cannot load PTX) each piece is copied alone.
 
 * Pieces of an open file (a checkpoint's data) into one device range: one
@@ -45,17 +45,18 @@ from etptr.cuda import _kernels
 
 cdef int64_t _LARGE = 1 << 20            # pieces this large skip the scratch area
 cdef bint _scattered_on = True           # large pageable pieces up in one pipeline (else alone)
-
-
-def _set_scattered_pipeline(on):
-    """Upload a batch's large pageable pieces with scattered device sides in one
-    pipeline (True, the default) or each through its own copy (False). For probes."""
-    global _scattered_on
-    _scattered_on = bool(on)
 cdef int64_t _SCRATCH_MAX = 64 << 20     # bytes of scratch per device, at most
 cdef int64_t _PACK_ALIGN = 16            # packed pieces start at 16-byte multiples
 cdef int64_t _NEAR = 256                 # gaps up to this per piece still count as one range
 cdef int64_t PIECE_BYTES = 24            # a piece in the kernel's table: {u64 src, dst, n}
+
+
+def _set_scattered_pipeline(on):
+    """Upload a batch's large pageable pieces with scattered device sides in one
+    pipeline (True, the default: bench/results/h200_probe_scattered.txt) or each
+    through its own copy (False). For probes."""
+    global _scattered_on
+    _scattered_on = bool(on)
 
 
 cdef struct _Piece:
@@ -96,7 +97,7 @@ cdef _Scratch _scratch_of(int dev, int64_t want):
         sc.event = c_event_create()
         _scratch[dev] = sc
     if sc.kernel == NULL and not sc.no_kernel:
-        if not api.driver or api.launch == NULL:
+        if not api.driver or not api.has_launch:
             sc.no_kernel = True
         else:
             try:

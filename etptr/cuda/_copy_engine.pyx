@@ -9,14 +9,11 @@ copies from memory up to 64 MiB, and in uploads from a file up to 128 MiB, whose
 reads go through each thread's bounce buffer), the slot's DMA is queued on the
 device's copy stream and the slot's event recorded, so the host copy of chunk i+1
 overlaps the DMA of chunk i. A page-locked source goes up in one DMA;
-a small pageable one in one ``cudaMemcpyAsync``, a tiny one from a page-locked slot,
-and one of 4 or 8 bytes as stream writes (``cuStreamWriteValue32/64``: the value
-travels in the command). Device -> host into page-locked memory is one DMA; into
-pageable memory it is staged in reverse. A synchronous download of up to 1 MiB into
-page-locked memory, and a synchronous upload by stream writes, wait on a fence
-(``_fence.h``): the copy stream writes a number into page-locked memory after the copy
-and the host spins until it arrives, which costs less than ``cuStreamSynchronize``
-(bench/results/h200_probe_tiny.txt).
+a small pageable one in one ``cudaMemcpyAsync``, a tiny one as
+:mod:`etptr.cuda._small_copy` makes it (stream writes, or page-locked slots).
+Device -> host into page-locked memory is one DMA (a synchronous one of up to
+1 MiB waited for on that module's fence); into pageable memory it is staged in
+reverse.
 The pipeline also moves many pieces at once (:c:type:`HostList`): each chunk
 is gathered from (or scattered to) the pieces that fall in it.
 
@@ -29,9 +26,8 @@ process may use), S=16 MiB, K=3, small copies up to 64 KiB.
 """
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals
-from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
+from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 import os
@@ -43,18 +39,16 @@ from etptr._core._error cimport raise_error
 from etptr._core._host_copy cimport (
     FILL_PIECES, Segment, c_copy_begin, c_copy_end, c_cpu_count, c_par_copy, c_par_copy_list)
 from etptr.cuda._driver cimport (
-    NOT_SUPPORTED, DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cuda_failed,
+    DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cuda_failed,
     c_current_stream, c_enter_device, c_event_create, c_event_destroy, c_exit_device, c_forked,
     c_host_alloc, c_host_free, c_is_page_locked, c_keep_forever, c_runtime, c_stream_create,
     c_stream_destroy, c_stream_handle)
 from etptr.cuda._pinned_pool cimport (
     PinnedHostPool, Slab, c_default_pool, c_ensure_event, c_pool_block_containing, c_record,
     c_release_all)
+from etptr.cuda._small_copy cimport TINY_BYTES, _Small, c_complete, c_fence_for, c_tiny_h2d
 
-cdef extern from "_fence.h" nogil:
-    int etptr_fence_spin(const uint32_t* word, uint32_t seq, int64_t budget_ns)
-
-from etptr._core._error import Error, EtError, EtWarning
+from etptr._core._error import Error, EtWarning
 from etptr.cuda._driver import _on_backend_change, _on_fork_child
 
 
@@ -196,16 +190,6 @@ cdef class _Engine:
     cdef list ring
     cdef int64_t ring_bytes
     cdef bint busy
-    # Tiny uploads (up to _TINY bytes) other than the stream writes of 4 and 8 bytes:
-    # copied into one of _TINY_SLOTS page-locked slots and sent from there; a slot is
-    # reused once its event has completed.
-    cdef char* tiny
-    cdef intptr_t tiny_event[64]
-    cdef int tiny_next
-    # The fence (``_fence.h``): a word after the tiny slots that the copy stream's
-    # writes number in order, so that a small synchronous copy waits by spinning on it.
-    cdef uint32_t* fence
-    cdef uint32_t fence_seq
 
 
 cdef dict _engines = {}
@@ -613,10 +597,12 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
         m = p.nbytes - off if p.nbytes - off < want else want
         if _ramp_last and _ramp_last < p.nbytes - off < 2 * want:
             # the last chunks halve: the DMA of the last one is all that runs after the
-            # fills, so it is made short
+            # fills, so it is made short (never past the rest, nor past a slot)
             m = (((p.nbytes - off) // 2) + 65535) & ~(<int64_t>65535)
             if m > p.nbytes - off:
                 m = p.nbytes - off
+            if m > want:
+                m = want
         if want < p.chunk:
             want = ((want * _ramp_growth // 100) + 65535) & ~(<int64_t>65535)
             if want > p.chunk:
@@ -792,114 +778,8 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
 
 # ------------------------------------------------------------------ the entries
 
-cdef int64_t _TINY = 4096
-cdef int _TINY_SLOTS = 64
-cdef int64_t _FENCE_BYTES = 64           # the fence word's line, after the tiny slots
-cdef int64_t _FENCE_SPIN_NS = 200000     # a fence spins this long, then blocks
-cdef int64_t _FENCE_MAX = 1 << 20        # synchronous copies up to this size use the fence
-cdef bint _writes_on = True              # 4- and 8-byte uploads as stream writes
-cdef bint _fence_on = True               # small synchronous copies waited for by the fence
-
-
-def _set_tiny_paths(writes=None, fence=None):
-    """Turn the stream writes of 4- and 8-byte uploads, or the fence that small
-    synchronous copies wait on, off or on (None keeps a setting). For probes and tests."""
-    global _writes_on, _fence_on
-    if writes is not None:
-        _writes_on = bool(writes)
-    if fence is not None:
-        _fence_on = bool(fence)
-
-
-def _get_tiny_paths():
-    """The settings of :func:`_set_tiny_paths` (stream writes and the fence are used
-    only where :func:`_stream_writes_available`)."""
-    return {"writes": _writes_on, "fence": _fence_on}
-
-
-def _stream_writes_available():
-    """Whether the copies call libcuda and it has cuStreamWriteValue32."""
-    return api.write32 != NULL
-
-
-cdef int _tiny_block(_Engine eng) except -1:
-    """Make ``eng``'s page-locked block, the tiny slots then the fence word, on first use
-    (pinned outside the lock: the allocation may run Python; a thread that lost the race
-    gives its block back)."""
-    cdef char* extra
-    if eng.tiny != NULL:
-        return 0
-    extra = <char*>c_host_alloc(_TINY * _TINY_SLOTS + _FENCE_BYTES)
-    memset(extra + _TINY * _TINY_SLOTS, 0, <size_t>_FENCE_BYTES)
-    with eng.lock:
-        if eng.tiny == NULL:
-            eng.fence = <uint32_t*>(extra + _TINY * _TINY_SLOTS)
-            eng.tiny = extra
-            extra = NULL
-    if extra != NULL:
-        c_host_free(<uintptr_t>extra)
-    return 0
-
-
-cdef _Engine _fence_of(int dev, intptr_t s, int64_t nbytes, bint sync):
-    """The engine whose fence a synchronous copy of ``nbytes`` on ``s`` waits on, or None
-    (stream synchronisation): copies up to 1 MiB on the device's copy stream, where
-    libcuda has stream writes and the fence word could be pinned. The callers ask for it
-    where it was measured to pay (bench/results/h200_probe_tiny.txt): after stream writes
-    and after downloads; after an upload's DMA the stream synchronisation was as fast
-    or faster."""
-    cdef _Engine eng
-    if not sync or not _fence_on or api.write32 == NULL or nbytes > _FENCE_MAX:
-        return None
-    eng = _engine(dev)
-    if s != eng.stream:
-        return None
-    if eng.tiny == NULL:
-        try:
-            _tiny_block(eng)
-        except EtError:
-            return None                 # no page-locked memory for it: synchronise instead
-    return eng
-
-
-cdef int _queue_fence(_Engine eng, uint32_t* seq) noexcept nogil:
-    """(``eng.lock`` held, so the numbers reach the stream in order) Queue the write of
-    the fence's next number after the work on the copy stream; its return code."""
-    cdef int rc = api.write32(<void*>eng.stream, <unsigned long long><uintptr_t>eng.fence,
-                              eng.fence_seq + 1, 0)
-    if rc == 0:
-        eng.fence_seq += 1
-        seq[0] = eng.fence_seq
-    return rc
-
-
-cdef int _wait_fence(_Engine eng, uint32_t seq) noexcept nogil:
-    """Wait until the copy stream has passed fence number ``seq``: a short spin on the
-    fence word, then cuStreamSynchronize (which also reports a copy that failed, after
-    which the stream writes nothing more); its return code."""
-    if etptr_fence_spin(eng.fence, seq, _FENCE_SPIN_NS):
-        return 0
-    return api.stream_sync(<void*>eng.stream)
-
-
-cdef int _complete(_Engine eng, intptr_t s) except? -1:
-    """Wait for the work queued on ``s`` so far: by ``eng``'s fence, or (None) by stream
-    synchronisation; its return code."""
-    cdef uint32_t seq = 0
-    cdef int rc
-    if eng is None:
-        with nogil:
-            rc = api.stream_sync(<void*>s)
-        return rc
-    with eng.lock:
-        rc = _queue_fence(eng, &seq)
-    with nogil:
-        rc = _wait_fence(eng, seq) if rc == 0 else rc
-    return rc
-
-
 cdef int _one_dma(uintptr_t dst, uintptr_t src, int64_t nbytes, bint h2d, intptr_t s,
-                  bint sync, _Engine fence) except? -1:
+                  bint sync, _Small fence) except? -1:
     """One cudaMemcpyAsync (+ wait when ``sync``: on ``fence``, or for None by stream
     synchronisation); its return code."""
     cdef int rc
@@ -909,67 +789,13 @@ cdef int _one_dma(uintptr_t dst, uintptr_t src, int64_t nbytes, bint h2d, intptr
         else:
             rc = api.dtoh(<void*>dst, src, <size_t>nbytes, <void*>s)
     if rc == 0 and sync:
-        rc = _complete(fence, s)
+        rc = c_complete(fence, s)
     return rc
 
 
-cdef int _write_words(uintptr_t dst, uintptr_t src, int64_t nbytes, intptr_t s) noexcept nogil:
-    """A 4- or 8-byte upload as stream writes (cuStreamWriteValue32/64): the value
-    travels in the command, so the source has been read on return; its return code."""
-    cdef uint32_t lo = 0, hi = 0
-    cdef uint64_t both = 0
-    if nbytes == 8 and dst % 8 == 0 and api.write64 != NULL:
-        memcpy(&both, <const void*>src, 8)
-        return api.write64(<void*>s, dst, both, 0)
-    memcpy(&lo, <const void*>src, 4)
-    rc = api.write32(<void*>s, dst, lo, 0)
-    if rc == 0 and nbytes == 8:
-        memcpy(&hi, <const void*>(src + 4), 4)
-        rc = api.write32(<void*>s, dst + 4, hi, 0)
-    return rc
-
-
-cdef int _tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr_t s,
-                   bint sync, bint writable) except -1:
-    """A tiny upload (``dev`` current) whose source is read at the call: 4 or 8 bytes into
-    device memory that stream writes may target (``writable``) as stream writes (waited
-    for, when ``sync``, on the fence), others through the engine's page-locked tiny slots.
-    In h200_probe_small_copies.txt a queued 4-byte stream write took half the time of a
-    slot's copy (whose cuEventSynchronize alone costs about 1.3 us)."""
-    global _writes_on
-    cdef _Engine eng = _engine(dev)
-    cdef _Engine fence = None
-    cdef int j
-    cdef int rc = -1
-    cdef char* slot
-    if _writes_on and writable and api.write32 != NULL and (nbytes == 4 or nbytes == 8) \
-            and dst % 4 == 0:
-        with nogil:
-            rc = _write_words(dst, src, nbytes, s)
-        if rc == 0:
-            fence = _fence_of(dev, s, nbytes, sync)
-        elif rc == NOT_SUPPORTED:
-            _writes_on = False        # this driver has no stream writes: the slots from now on
-    if rc != 0:
-        _tiny_block(eng)
-        with eng.lock:
-            j = eng.tiny_next
-            eng.tiny_next = (j + 1) % _TINY_SLOTS
-            if eng.tiny_event[j] == 0:
-                eng.tiny_event[j] = c_event_create()
-            slot = eng.tiny + j * _TINY
-            with nogil:
-                rc = api.event_sync(<void*>eng.tiny_event[j])    # its last upload has been read
-                if rc == 0:
-                    memcpy(slot, <const void*>src, <size_t>nbytes)
-                    rc = api.htod(dst, slot, <size_t>nbytes, <void*>s)
-                if rc == 0:
-                    rc = api.event_record(<void*>eng.tiny_event[j], <void*>s)
-    if rc == 0 and sync:
-        rc = _complete(fence, s)
-    if rc != 0:
-        c_cuda_failed(rc, f"host->device copy of nbytes={nbytes} on cuda:{dev}")
-    return 0
+cdef bint _on_copy_stream(int dev, intptr_t s) except -1:
+    """Whether ``s`` is ``dev``'s copy stream (where the default synchronous form runs)."""
+    return s == _engine(dev).stream
 
 
 cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev, intptr_t s,
@@ -988,11 +814,11 @@ cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev,
         # block that an earlier copy on the stream fills must see what that copy wrote,
         # at any size); a pool block remembers the copy until it completes
         rc = _one_dma(dst, src, nbytes, h2d, s, sync,
-                      None if h2d else _fence_of(dev, s, nbytes, sync))
+                      None if h2d else c_fence_for(dev, nbytes, sync, _on_copy_stream(dev, s)))
         if rc == 0 and not sync and slab is not None:
             c_record(slab, s, dev)
-    elif h2d and nbytes <= _TINY and api.driver:
-        _tiny_h2d(dst, src, nbytes, dev, s, sync, writable)
+    elif h2d and nbytes <= TINY_BYTES and api.driver:
+        c_tiny_h2d(dst, src, nbytes, dev, s, sync, sync and _on_copy_stream(dev, s), writable)
     elif nbytes <= cfg.small_bytes:
         # small and pageable: one cudaMemcpyAsync; the driver stages it. Into pageable
         # memory, or for the default synchronous form, wait for it.

@@ -38,9 +38,15 @@ cdef struct Api:
     f_wait stream_wait_event        # cuStreamWaitEvent
     f_attr pointer_attr             # cuPointerGetAttribute
     f_launch launch                 # cuLaunchKernel
-    f_write32 write32               # cuStreamWriteValue32 (NULL: not available)
-    f_write64 write64               # cuStreamWriteValue64 (NULL: not available)
+    f_write32 write32               # cuStreamWriteValue32
+    f_write64 write64               # cuStreamWriteValue64
     bint driver                     # True: libcuda's functions; False: the shims
+    # Whether launch / write32 / write64 are libcuda's. Where they are not they return
+    # NOT_SUPPORTED (never NULL: a copy that read the flags just before the backend
+    # changed still calls something that answers).
+    bint has_launch
+    bint has_writes
+    bint has_write64
 
 
 cdef enum:

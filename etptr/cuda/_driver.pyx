@@ -256,10 +256,16 @@ cdef bint _load_driver():
     api.stream_wait_event = <f_wait>_sym[12]
     api.pointer_attr = <f_attr>_sym[13]
     _cuGetErrorName = <_f_name>_sym[14]
-    api.launch = <f_launch>_sym[15]
     _cuPointerGetAttributes = <_f_attrs>_sym[18]
-    api.write32 = <f_write32>_sym[19]
-    api.write64 = <f_write64>_sym[20]
+    api.has_launch = _sym[15] != NULL
+    api.has_writes = _sym[19] != NULL
+    api.has_write64 = _sym[20] != NULL
+    if api.has_launch:
+        api.launch = <f_launch>_sym[15]
+    if api.has_writes:
+        api.write32 = <f_write32>_sym[19]
+    if api.has_write64:
+        api.write64 = <f_write64>_sym[20]
     api.driver = True
     _driver_why = ""
     return True
@@ -286,7 +292,7 @@ cdef void* c_module_function(bytes image, bytes name) except NULL:
     the current context; NotSupportedError where libcuda cannot load modules."""
     cdef void* module = NULL
     cdef void* fn = NULL
-    if not api.driver or _sym[16] == NULL or _sym[17] == NULL or api.launch == NULL:
+    if not api.driver or _sym[16] == NULL or _sym[17] == NULL or not api.has_launch:
         raise_error(Error.NotSupported, f"loading CUDA kernels needs libcuda ({_driver_why})")
     c_check((<_f_load>_sym[16])(&module, <const char*>image), "cuModuleLoadData")
     c_check((<_f_get>_sym[17])(&fn, module, <const char*>name), "cuModuleGetFunction")
@@ -475,6 +481,22 @@ cdef int _shim_pointer_attr(void* out, int attr, unsigned long long ptr) noexcep
     return rc
 
 
+cdef int _no_launch(void* fn, unsigned int gx, unsigned int gy, unsigned int gz,
+                    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                    void* stream, void** params, void** extra) noexcept nogil:
+    return NOT_SUPPORTED
+
+
+cdef int _no_write32(void* s, unsigned long long addr, unsigned int value,
+                     unsigned int flags) noexcept nogil:
+    return NOT_SUPPORTED
+
+
+cdef int _no_write64(void* s, unsigned long long addr, unsigned long long value,
+                     unsigned int flags) noexcept nogil:
+    return NOT_SUPPORTED
+
+
 cdef void _use_shims() noexcept:
     api.ctx_get = _shim_ctx_get
     api.ctx_set = _shim_ctx_set
@@ -489,9 +511,10 @@ cdef void _use_shims() noexcept:
     api.event_query = _shim_event_query
     api.stream_wait_event = _shim_stream_wait_event
     api.pointer_attr = _shim_pointer_attr
-    api.launch = NULL
-    api.write32 = NULL
-    api.write64 = NULL
+    api.has_launch = api.has_writes = api.has_write64 = False
+    api.launch = _no_launch
+    api.write32 = _no_write32
+    api.write64 = _no_write64
     api.driver = False
 
 
@@ -765,11 +788,15 @@ cdef intptr_t c_stream_handle(object stream) except? -1:
         h = None
     elif hasattr(stream, "__index__"):
         h = stream.__index__()
+        if isinstance(h, bool):
+            raise_error(Error.InvalidType,
+                        f"stream={stream!r:.80}: its __index__() returned a bool, not a handle")
     else:
         proto = getattr(stream, "__cuda_stream__", None)
         if proto is not None:
             pair = proto()
-            if isinstance(pair, tuple) and len(pair) == 2 and hasattr(pair[1], "__index__"):
+            if isinstance(pair, tuple) and len(pair) == 2 and hasattr(pair[1], "__index__") \
+                    and not isinstance(pair[1], bool):
                 h = pair[1].__index__()
             else:
                 raise_error(Error.InvalidType,

@@ -136,6 +136,20 @@ def test_ramp_down_ends_uploads_with_halving_chunks(fake):
         _copy_engine._set_ramp_down(-1)
 
 
+def test_ramp_down_never_makes_a_chunk_larger_than_a_slot(fake):
+    # slots that are no multiple of 64 KiB: a halved chunk rounded up to 64 KiB would not
+    # fit in one (it once overran the page-locked slot)
+    a = _payload(3 * 4096 + 4000, 1)
+    try:
+        _copy_engine._set_ramp_down(1)
+        with copy_config(threads=1, slot_bytes=4096, slots=3, small_copy_bytes=0):
+            d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
+    finally:
+        _copy_engine._set_ramp_down(0)
+    assert [c[2] for c in _h2d(fake)] == [4096, 4096, 4096, 4000]
+    assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), a)
+
+
 def test_trace_stamps_each_chunk_in_order():
     a = _payload(2 * MiB + 100)
     try:
@@ -552,6 +566,21 @@ def test_stream_protocol_returning_garbage_is_refused(alloc):
             return None
     with pytest.raises(etptr.InvalidTypeError, match="__cuda_stream__"):
         etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(np.ones(4)), "cuda", stream=Odd())
+
+
+def test_stream_objects_giving_a_bool_are_refused(alloc):
+    # True is an int to Python, but no stream handle: from __index__ or __cuda_stream__
+    class Index:
+        def __index__(self):
+            return True
+
+    class Proto:
+        def __cuda_stream__(self):
+            return (0, True)
+
+    for stream, match in ((Index(), "__index__"), (Proto(), "__cuda_stream__")):
+        with pytest.raises(etptr.InvalidTypeError, match=match):
+            etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(np.ones(4)), "cuda", stream=stream)
 
 
 def test_stream_handle_may_be_any_integer_type(alloc, cp):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import etptr
-from etptr.cuda import _copy_engine
+from etptr.cuda import _small_copy
 
 PATHS = [dict(writes=True, fence=True), dict(writes=False, fence=True),
          dict(writes=True, fence=False), dict(writes=False, fence=False)]
@@ -13,10 +13,10 @@ PATH_IDS = ["writes+fence", "slots+fence", "writes+sync", "slots+sync"]
 
 @pytest.fixture(params=PATHS, ids=PATH_IDS)
 def paths(request, real_cupy):
-    before = _copy_engine._get_tiny_paths()
-    _copy_engine._set_tiny_paths(**request.param)
+    before = _small_copy._get_tiny_paths()
+    _small_copy._set_tiny_paths(**request.param)
     yield request.param
-    _copy_engine._set_tiny_paths(**before)
+    _small_copy._set_tiny_paths(**before)
 
 
 @pytest.fixture
@@ -172,13 +172,13 @@ def test_threads_share_the_fence(real_cupy):
 
 def test_tiny_paths_knob_reports_its_settings(real_cupy):
     etptr.zeros([1], device="cuda:0")                     # the copies' driver is loaded
-    before = _copy_engine._get_tiny_paths()
-    assert _copy_engine._stream_writes_available()      # libcuda on this machine has them
+    before = _small_copy._get_tiny_paths()
+    assert _small_copy._stream_writes_available()      # libcuda on this machine has them
     try:
-        _copy_engine._set_tiny_paths(writes=False)
-        assert _copy_engine._get_tiny_paths() == dict(before, writes=False)
-        _copy_engine._set_tiny_paths(fence=False)             # None keeps the other
-        assert _copy_engine._get_tiny_paths() == {"writes": False, "fence": False}
+        _small_copy._set_tiny_paths(writes=False)
+        assert _small_copy._get_tiny_paths() == dict(before, writes=False)
+        _small_copy._set_tiny_paths(fence=False)             # None keeps the other
+        assert _small_copy._get_tiny_paths() == {"writes": False, "fence": False}
     finally:
-        _copy_engine._set_tiny_paths(**before)
-    assert _copy_engine._get_tiny_paths() == before
+        _small_copy._set_tiny_paths(**before)
+    assert _small_copy._get_tiny_paths() == before

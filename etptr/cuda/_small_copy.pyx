@@ -1,0 +1,213 @@
+"""Small copies: tiny uploads, and the fence that small synchronous copies wait on.
+
+The copy engine (:mod:`etptr.cuda._copy_engine`) sends a pageable upload of up
+to ``TINY_BYTES`` here. One of 4 or 8 bytes into device memory that stream
+memory operations may write goes as stream writes (``cuStreamWriteValue32/64``):
+the value travels in the command, so the source has been read on return and no
+host memory is involved. Other tiny uploads are copied into one of 64
+page-locked slots per device and sent from there; a slot is reused once its
+event has completed.
+
+A synchronous copy that would end in ``cuStreamSynchronize`` can instead wait
+on the device's fence (``_fence.h``): after the copy, the copy stream writes
+the next number of a sequence into a word of page-locked memory, and the host
+spins on the word for up to 0.2 ms before it synchronises the stream after all
+(which also reports a copy that failed: the stream then writes nothing more).
+The engine asks for the fence after stream writes and after downloads into
+page-locked memory, where it was measured to pay; after an upload's DMA stream
+synchronisation was as fast or faster (bench/results/h200_probe_tiny.txt,
+h200_probe_small_copies.txt).
+"""
+cimport cython
+from libc.stdint cimport int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
+from libc.string cimport memcpy, memset
+
+from etptr.cuda._driver cimport (
+    NOT_SUPPORTED, api, c_cuda_failed, c_event_create, c_forked, c_host_alloc, c_host_free,
+    c_keep_forever)
+
+from etptr._core._error import EtError
+from etptr.cuda._driver import _on_backend_change, _on_fork_child
+
+cdef extern from "_fence.h" nogil:
+    int etptr_fence_spin(const uint32_t* word, uint32_t seq, int64_t budget_ns)
+
+cdef int _SLOTS = 64
+cdef int64_t _FENCE_BYTES = 64           # the fence word's line, after the tiny slots
+cdef int64_t _FENCE_SPIN_NS = 200000     # a fence spins this long, then blocks
+cdef int64_t _FENCE_MAX = 1 << 20        # synchronous copies up to this size use the fence
+cdef bint _writes_on = True              # 4- and 8-byte uploads as stream writes
+cdef bint _fence_on = True               # small synchronous copies waited for by the fence
+cdef bint _write64_works = True          # False once the driver refused a 64-bit write
+cdef bint _fence_works = True            # False once the driver refused a fence's write
+
+
+def _set_tiny_paths(writes=None, fence=None):
+    """Turn the stream writes of 4- and 8-byte uploads, or the fence that small
+    synchronous copies wait on, off or on (None keeps a setting). For probes and tests."""
+    global _writes_on, _fence_on
+    if writes is not None:
+        _writes_on = bool(writes)
+    if fence is not None:
+        _fence_on = bool(fence)
+
+
+def _get_tiny_paths():
+    """The settings of :func:`_set_tiny_paths` (stream writes and the fence are used
+    only where :func:`_stream_writes_available`)."""
+    return {"writes": _writes_on, "fence": _fence_on}
+
+
+def _stream_writes_available():
+    """Whether the copies call libcuda and it has cuStreamWriteValue32."""
+    return api.has_writes
+
+
+@cython.final
+cdef class _Small:
+    """One device's tiny slots and fence (attributes in ``_small_copy.pxd``)."""
+
+
+cdef dict _smalls = {}
+cdef cython.pymutex _smalls_lock
+
+
+cdef _Small _small(int dev):
+    """``dev``'s slots and fence, with their block made (``dev`` current)."""
+    cdef _Small sm = _smalls.get(dev)
+    cdef char* extra
+    if sm is None:
+        with _smalls_lock:
+            sm = _smalls.setdefault(dev, _Small.__new__(_Small))
+    if sm.block == NULL:
+        # pinned outside the lock (the allocation may run Python); a thread that lost
+        # the race gives its block back
+        extra = <char*>c_host_alloc(TINY_BYTES * _SLOTS + _FENCE_BYTES)
+        memset(extra + TINY_BYTES * _SLOTS, 0, <size_t>_FENCE_BYTES)
+        with sm.lock:
+            if sm.block == NULL:
+                sm.fence = <uint32_t*>(extra + TINY_BYTES * _SLOTS)
+                sm.block = extra
+                extra = NULL
+        if extra != NULL:
+            c_host_free(<uintptr_t>extra)
+    return sm
+
+
+def _forget_small():
+    """The backend changed, or this is a child forked after CUDA init: the blocks and
+    events belong to the previous backend or to the parent's context."""
+    global _smalls
+    with _smalls_lock:
+        old = _smalls
+        _smalls = {}
+    if c_forked():
+        c_keep_forever(old)
+
+
+_on_fork_child(_forget_small)
+_on_backend_change(_forget_small)
+
+
+# ------------------------------------------------------------------ the fence
+
+cdef _Small c_fence_for(int dev, int64_t nbytes, bint sync, bint on_copy_stream):
+    """The fence a synchronous copy of ``nbytes`` waits on, or None (stream
+    synchronisation): copies up to 1 MiB on the device's copy stream
+    (``on_copy_stream``: the fence's numbers must all reach one stream), where libcuda
+    has stream writes and the fence word could be pinned."""
+    if not sync or not on_copy_stream or not _fence_on or not _fence_works or \
+            not api.has_writes or nbytes > _FENCE_MAX:
+        return None
+    try:
+        return _small(dev)
+    except EtError:
+        return None                     # no page-locked memory for it: synchronise instead
+
+
+cdef int c_complete(_Small fence, intptr_t s) except? -1:
+    """Wait for the work queued on the copy stream ``s`` so far: on ``fence``, or (None)
+    by stream synchronisation; its return code. A fence whose write the driver refuses
+    falls back to stream synchronisation (and after NOT_SUPPORTED is not used again)."""
+    global _fence_works
+    cdef uint32_t seq = 0
+    cdef int rc = -1
+    if fence is not None:
+        with fence.lock:                # the numbers reach the stream in order
+            rc = api.write32(<void*>s, <unsigned long long><uintptr_t>fence.fence,
+                             fence.fence_seq + 1, 0)
+            if rc == 0:
+                fence.fence_seq += 1
+                seq = fence.fence_seq
+        if rc == NOT_SUPPORTED:
+            _fence_works = False
+    with nogil:
+        if rc != 0 or not etptr_fence_spin(fence.fence, seq, _FENCE_SPIN_NS):
+            rc = api.stream_sync(<void*>s)
+    return rc
+
+
+# ------------------------------------------------------------------ tiny uploads
+
+cdef int _write_words(uintptr_t dst, uintptr_t src, int64_t nbytes, intptr_t s) noexcept nogil:
+    """A 4- or 8-byte upload as stream writes (cuStreamWriteValue32/64; two 32-bit ones
+    where the 64-bit one is missing, refused or not aligned); its return code."""
+    global _write64_works
+    cdef uint32_t lo = 0, hi = 0
+    cdef uint64_t both = 0
+    cdef int rc
+    if nbytes == 8 and dst % 8 == 0 and api.has_write64 and _write64_works:
+        memcpy(&both, <const void*>src, 8)
+        rc = api.write64(<void*>s, dst, both, 0)
+        if rc != NOT_SUPPORTED:
+            return rc
+        _write64_works = False
+    memcpy(&lo, <const void*>src, 4)
+    rc = api.write32(<void*>s, dst, lo, 0)
+    if rc == 0 and nbytes == 8:
+        memcpy(&hi, <const void*>(src + 4), 4)
+        rc = api.write32(<void*>s, dst + 4, hi, 0)
+    return rc
+
+
+cdef int c_tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr_t s,
+                    bint sync, bint on_copy_stream, bint writable) except -1:
+    """Upload ``nbytes`` (at most TINY_BYTES) of pageable memory, read at the call, to
+    device address ``dst`` on ``dev`` (current) on stream ``s``; ``sync``: wait for it.
+    ``writable``: stream writes may target ``dst`` (not managed memory). A queued 4-byte
+    stream write took half the time of a slot's copy, whose cuEventSynchronize alone
+    costs about 1.3 us (bench/results/h200_probe_small_copies.txt)."""
+    global _writes_on
+    cdef _Small sm
+    cdef _Small fence = None
+    cdef int j
+    cdef int rc = -1
+    cdef char* slot
+    if _writes_on and writable and api.has_writes and (nbytes == 4 or nbytes == 8) \
+            and dst % 4 == 0:
+        with nogil:
+            rc = _write_words(dst, src, nbytes, s)
+        if rc == 0:
+            fence = c_fence_for(dev, nbytes, sync, on_copy_stream)
+        elif rc == NOT_SUPPORTED:
+            _writes_on = False        # this driver has no stream writes: the slots from now on
+    if rc != 0:
+        sm = _small(dev)
+        with sm.lock:
+            j = sm.next_slot
+            sm.next_slot = (j + 1) % _SLOTS
+            if sm.event[j] == 0:
+                sm.event[j] = c_event_create()
+            slot = sm.block + j * TINY_BYTES
+            with nogil:
+                rc = api.event_sync(<void*>sm.event[j])      # its last upload has been read
+                if rc == 0:
+                    memcpy(slot, <const void*>src, <size_t>nbytes)
+                    rc = api.htod(dst, slot, <size_t>nbytes, <void*>s)
+                if rc == 0:
+                    rc = api.event_record(<void*>sm.event[j], <void*>s)
+    if rc == 0 and sync:
+        rc = c_complete(fence, s)
+    if rc != 0:
+        c_cuda_failed(rc, f"host->device copy of nbytes={nbytes} on cuda:{dev}")
+    return 0
