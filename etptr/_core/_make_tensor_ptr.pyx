@@ -527,8 +527,10 @@ def clone_tensor_ptr(tensor, type=None):
     """Deep copy of a CPU tensor with the same metadata, optionally cast.
 
     Mirrors ExecuTorch ``clone_tensor_ptr``. A cast converts each element as a
-    C cast would (floats truncate towards zero, out-of-range integers wrap);
-    casting copies support Byte, Char, Short, Int, Long, Half, Float, Double,
+    C cast would (into a narrower float type by rounding, out-of-range values
+    becoming inf; into a narrower integer type by wrapping); the casts that
+    ExecuTorch's canCast refuses, float to integer among them, raise. Casting
+    copies support Byte, Char, Short, Int, Long, Half, Float, Double,
     Bool, BFloat16, UInt16, UInt32 and UInt64. Null data clones to null data
     of the requested type.
 
