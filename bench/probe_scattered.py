@@ -1,12 +1,13 @@
-"""Probe: a batched h2d_copy into separately allocated device tensors, with the large
-pageable pieces in one pipeline (``_batch._set_scattered_pipeline(True)``, the default)
-or each through its own copy (False), in turns (15 rounds, median; x line).
+"""Probe: batched copies between host arrays and separately allocated device tensors,
+with the large pageable pieces in one pipeline (``_batch._set_scattered_pipeline(True)``,
+the default) or each through its own copy (False), in turns (15 rounds, median; x line).
 
     python bench/probe_scattered.py [DIR] [OUTFILE]     (default DIR: /dev/shm)
 
 Cases: the tensors of all-MiniLM-L6-v2 (104 fp32, 91 MB) and Qwen2.5-0.5B (290 bf16,
-0.99 GB) shaped checkpoints, read into host memory, copied into tensors allocated one
-by one on cuda:0 (the pattern of reloading weights into a model that exists).
+0.99 GB) shaped checkpoints, read into host memory: h2d_copy into tensors allocated one
+by one on cuda:0 (reloading weights into a model that exists), and d2h_copy from those
+back into the host arrays (pageable).
 """
 import shutil
 import sys
@@ -35,11 +36,14 @@ def main(argv):
             srcs = [etptr.make_tensor_ptr(a) for a in arrays]
             outs = [etptr.clone_tensor_ptr_to(t, "cuda:0") for t in srcs]   # one by one
             nbytes = sum(a.nbytes for a in arrays)
-            t = in_turns(lambda: etptr.h2d_copy(srcs, outs), _batch._set_scattered_pipeline,
-                         {"one pipeline": True, "alone": False}, True)
-            say(f"  {name} ({len(arrays)} tensors, {nbytes / 1e6:.1f} MB): " + " | ".join(
-                f"{v * 1e6:7.0f} ({nbytes / v / 1e9 / line:.3f})" for v in t.values()))
-            back = etptr.clone_tensor_ptrs_to(outs, "cpu")
+            back = [etptr.make_tensor_ptr(np.zeros_like(a)) for a in arrays]
+            for what, fn in (("h2d_copy", lambda: etptr.h2d_copy(srcs, outs)),
+                             ("d2h_copy", lambda: etptr.d2h_copy(outs, back))):
+                t = in_turns(fn, _batch._set_scattered_pipeline,
+                             {"one pipeline": True, "alone": False}, True)
+                say(f"  {name} {what} ({len(arrays)} tensors, {nbytes / 1e6:.1f} MB): " +
+                    " | ".join(f"{v * 1e6:7.0f} ({nbytes / v / 1e9 / line:.3f})"
+                               for v in t.values()))
             assert all(np.array_equal(a.view(np.uint8), b.numpy().view(np.uint8))
                        for a, b in zip(arrays, back))
             del srcs, outs, back, arrays

@@ -10,10 +10,10 @@ into large transfers:
   tensors): one pipelined copy of the range; the copy threads gather (H2D)
   or scatter (D2H) the host pieces into the pinned slots, one DMA per slot.
 * Device sides scattered over separate allocations (copies into existing
-  tensors, a KV cache): uploads of pageable pieces of 1 MiB and more go in one
-  pipelined copy of their bytes packed in order, each chunk's DMA one per piece
-  it holds; other pieces of 1 MiB and more (page-locked, or downloads) go one
-  by one through the single-copy path; the small ones go in rounds through a
+  tensors, a KV cache): pieces of 1 MiB and more with pageable host sides go in
+  one pipelined copy of their bytes packed in order, each chunk's DMA one per
+  piece it holds; page-locked ones of 1 MiB and more go one by one through the
+  single-copy path (one DMA each); the small ones go in rounds through a
   per-device scratch area: host pieces are packed into it by one pipelined
   copy and a kernel scatters them to their tensors (H2D), or a kernel gathers
   them into it and one copy brings it down (D2H). Without a kernel (the CUDA
@@ -44,7 +44,7 @@ from etptr.cuda._driver import _on_backend_change, _on_fork_child
 from etptr.cuda import _kernels
 
 cdef int64_t _LARGE = 1 << 20            # pieces this large skip the scratch area
-cdef bint _scattered_on = True           # large pageable pieces up in one pipeline (else alone)
+cdef bint _scattered_on = True           # large pageable pieces in one pipeline (else alone)
 cdef int64_t _SCRATCH_MAX = 64 << 20     # bytes of scratch per device, at most
 cdef int64_t _PACK_ALIGN = 16            # packed pieces start at 16-byte multiples
 cdef int64_t _NEAR = 256                 # gaps up to this per piece still count as one range
@@ -52,8 +52,8 @@ cdef int64_t PIECE_BYTES = 24            # a piece in the kernel's table: {u64 s
 
 
 def _set_scattered_pipeline(on):
-    """Upload a batch's large pageable pieces with scattered device sides in one
-    pipeline (True, the default: bench/results/h200_probe_scattered.txt) or each
+    """Move a batch's large pieces with pageable host sides and scattered device sides
+    in one pipeline (True, the default: bench/results/h200_probe_scattered.txt) or each
     through its own copy (False). For probes."""
     global _scattered_on
     _scattered_on = bool(on)
@@ -186,11 +186,12 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
     return 0
 
 
-cdef int _scattered_up(const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                       int64_t count, int d, intptr_t s, CopyConfig* cfg) except -1:
-    """Large pageable pieces up to scattered device sides: one pipelined copy of their
-    bytes packed in order, each chunk's DMA one per piece it holds (a piece alone would
-    be a short pipeline of its own, whose fixed costs the next piece waits behind)."""
+cdef int _scattered(const uintptr_t* dev, const uintptr_t* host, const int64_t* n,
+                    int64_t count, int d, intptr_t s, bint h2d, CopyConfig* cfg) except -1:
+    """Large pieces with pageable host sides and scattered device sides: one pipelined
+    copy of their bytes packed in order, each chunk's DMA one per piece it holds (a
+    piece alone would be a short pipeline of its own, whose fixed costs the next piece
+    waits behind). Downloads are complete on return (the copy threads drain the slots)."""
     cdef HostList L
     cdef int64_t i, total = 0
     cdef int64_t* starts = <int64_t*>malloc(count * sizeof(int64_t))
@@ -198,16 +199,16 @@ cdef int _scattered_up(const uintptr_t* dst, const uintptr_t* src, const int64_t
         raise MemoryError()
     try:
         for i in range(count):
-            c_check_device_range(dst[i], n[i], "dst")
+            c_check_device_range(dev[i], n[i], "dst" if h2d else "src")
             starts[i] = total
             total += n[i]
-        L.host = <char**>src
+        L.host = <char**>host
         L.lens = n
         L.starts = starts
         L.n = count
         L.fd = -1
-        L.dev = dst
-        c_staged(0, 0, &L, total, d, s, True, False, cfg)
+        L.dev = dev
+        c_staged(0, 0, &L, total, d, s, h2d, not h2d, cfg)
     finally:
         free(starts)
     return 0
@@ -339,10 +340,11 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         if sd == NULL or ss == NULL or sn == NULL or ld == NULL or ls == NULL or ln == NULL:
             raise MemoryError()
         for i in range(count):
-            if n[i] >= _LARGE and h2d and _scattered_on and \
-                    c_default_pool().c_find(src[i]) is None and not c_is_page_locked(src[i]):
-                ld[nlarge] = dst[i]           # pageable: packed into one pipeline below
-                ls[nlarge] = src[i]
+            if n[i] >= _LARGE and _scattered_on and \
+                    c_default_pool().c_find(host_side[i]) is None and \
+                    not c_is_page_locked(host_side[i]):
+                ld[nlarge] = dev_side[i]      # pageable: packed into one pipeline below
+                ls[nlarge] = host_side[i]
                 ln[nlarge] = n[i]
                 nlarge += 1
             elif n[i] >= _LARGE:
@@ -353,7 +355,7 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
                 sn[nsmall] = n[i]
                 nsmall += 1
         if nlarge:
-            _scattered_up(ld, ls, ln, nlarge, d, s, cfg)
+            _scattered(ld, ls, ln, nlarge, d, s, h2d, cfg)
         if nsmall:
             _rounds(sd, ss, sn, nsmall, d, s, h2d, cfg)
     finally:

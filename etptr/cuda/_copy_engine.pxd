@@ -14,9 +14,9 @@ cdef struct HostList:
     # the gaps between pieces are neither read nor written on the host). With
     # ``fd >= 0`` (uploads only) the pieces are in that open file: host[i] is the
     # piece's byte offset in it, and the copy threads read it with pread(). With
-    # ``dev`` not NULL (uploads only) the device sides are scattered too: piece i goes
-    # to device address dev[i], the "range" is the pieces' bytes packed in order, and
-    # each chunk's DMA is one per piece it holds.
+    # ``dev`` not NULL the device sides are scattered too: piece i is at device address
+    # dev[i], the "range" is the pieces' bytes packed in order, and each chunk's DMA is
+    # one per piece it holds.
     char** host
     const int64_t* lens
     const int64_t* starts

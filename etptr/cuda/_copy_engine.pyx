@@ -546,12 +546,13 @@ cdef int64_t _first_piece(const HostList* L, int64_t off) noexcept nogil:
     return lo
 
 
-cdef int _dma_to_pieces(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
-    """Queue the DMAs of bytes [off, off+m) of the packed range, held in ``slot``, to
-    the device addresses of the pieces they belong to (scattered device sides); the
-    first failing call's return code, or 0."""
+cdef int _dma_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d) noexcept nogil:
+    """Queue the DMAs between bytes [off, off+m) of the packed range, held in ``slot``,
+    and the device addresses of the pieces they belong to (scattered device sides): to
+    them for H2D, from them for D2H; the first failing call's return code, or 0."""
     cdef const HostList* L = p.pieces
     cdef int64_t i = _first_piece(L, off), a, b
+    cdef unsigned long long dev
     cdef int rc
     while i < L.n and L.starts[i] < off + m:
         a = L.starts[i] if L.starts[i] > off else off
@@ -559,8 +560,11 @@ cdef int _dma_to_pieces(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept n
         if b > off + m:
             b = off + m
         if a < b:
-            rc = api.htod(<unsigned long long>(L.dev[i] + <uintptr_t>(a - L.starts[i])),
-                          slot + (a - off), <size_t>(b - a), p.stream)
+            dev = <unsigned long long>(L.dev[i] + <uintptr_t>(a - L.starts[i]))
+            if h2d:
+                rc = api.htod(dev, slot + (a - off), <size_t>(b - a), p.stream)
+            else:
+                rc = api.dtoh(slot + (a - off), dev, <size_t>(b - a), p.stream)
             if rc != 0:
                 return rc
         i += 1
@@ -612,7 +616,7 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
             _read_failed(rc, p, off)
         _mark(3, i)
         if p.pieces != NULL and p.pieces.dev != NULL:
-            rc = _dma_to_pieces(p, p.slot[j], off, m)
+            rc = _dma_pieces(p, p.slot[j], off, m, True)
         else:
             rc = api.htod(p.dev + <unsigned long long>off, p.slot[j], <size_t>m, p.stream)
         if rc == 0:
@@ -661,7 +665,10 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
             j = <int>(i % p.k)
             off = i * p.chunk
             m = _chunk_len(p, i)
-            rc = api.dtoh(p.slot[j], p.dev + <unsigned long long>off, <size_t>m, p.stream)
+            if p.pieces != NULL and p.pieces.dev != NULL:
+                rc = _dma_pieces(p, p.slot[j], off, m, False)
+            else:
+                rc = api.dtoh(p.slot[j], p.dev + <unsigned long long>off, <size_t>m, p.stream)
             if rc == 0:
                 rc = api.event_record(p.event[j], p.stream)
             if rc != 0:

@@ -135,20 +135,57 @@ def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, settings,
     assert pool.stats()["blocks_in_use"] == 1                                  # ``pinned``
 
 
+@pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
+def test_large_pieces_from_scattered_tensors_come_down_in_one_pipeline(fake, settings, pool):
+    # the mirror for downloads into pageable outs: the device pieces come down into the
+    # slots packed in order (one DMA per piece a chunk holds), the copy threads scatter
+    # them to their outs; a page-locked out takes one DMA of its own
+    arrays = _arrays(LARGE + [3, 1000], seed=10)
+    devs = [etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda") for a in arrays]
+    outs = [etptr.empty([a.size], ST.Int) for a in arrays]
+    pinned = etptr.empty([arrays[1].size], ST.Int, pinned=True)
+    devs.append(devs[1])
+    outs.append(pinned)
+    arrays.append(arrays[1])
+    fake.calls.clear()
+    try:
+        _copy_engine._set_trace(True)
+        with copy_config(**settings):
+            etptr.d2h_copy(devs, outs)
+    finally:
+        _copy_engine._set_trace(False)
+    begins = [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
+    downs = [c for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 2]
+    for a, o in zip(arrays, outs):
+        np.testing.assert_array_equal(o.numpy(), a)
+    large = sum(a.nbytes for a in arrays[:len(LARGE)])
+    assert begins == [large]                          # one pipelined copy of them all
+    spans = {d.data_ptr: d.nbytes for d in devs}
+    for c in downs:
+        n, src = c[2], c[7]
+        base = max(p for p in spans if p <= src)
+        assert src + n <= base + spans[base]          # no DMA runs past a piece's end
+    assert [c[2] for c in downs if c[6] == pinned.data_ptr] == [pinned.nbytes]   # one DMA
+
+
 def test_large_pieces_one_by_one_when_the_pipeline_is_off(fake):
     from etptr.cuda import _batch
     arrays = _arrays(LARGE, seed=8)
     outs = [etptr.empty([a.size], ST.Int, device="cuda") for a in arrays]
+    back = [etptr.empty([a.size], ST.Int) for a in arrays]
     _batch._set_scattered_pipeline(False)
     try:
         _copy_engine._set_trace(True)
         with copy_config(**SMALL):
             etptr.h2d_copy([etptr.make_tensor_ptr(a) for a in arrays], outs)
+            etptr.d2h_copy(outs, back)
     finally:
         _copy_engine._set_trace(False)
         _batch._set_scattered_pipeline(True)
     begins = [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
-    assert begins == [a.nbytes for a in arrays]       # a pipelined copy each
+    assert begins == [a.nbytes for a in arrays] * 2   # a pipelined copy each, both ways
+    for a, b in zip(arrays, back):
+        np.testing.assert_array_equal(b.numpy(), a)
     for a, o in zip(arrays, outs):
         np.testing.assert_array_equal(_host(o), a)
 
@@ -175,6 +212,19 @@ def test_failure_in_the_scattered_pipeline_keeps_nothing(fake, pool, device_used
     etptr.h2d_copy(srcs, outs)                       # and the next batch works
     for a, o in zip(arrays, outs):
         np.testing.assert_array_equal(_host(o), a)
+    del got                                          # (a page-locked clone)
+    back = [etptr.zeros([a.size], ST.Int) for a in arrays]
+    fake.fail_memcpy_after = 3                       # and the same for a download
+    try:
+        with copy_config(**SMALL):
+            with pytest.raises(etptr.EtError, match="injected"):
+                etptr.d2h_copy(outs, back)
+    finally:
+        fake.fail_memcpy_after = None
+    gc.collect()
+    assert pool.stats()["blocks_in_use"] == before
+    for a, b in zip(arrays, back):
+        assert np.all((b.numpy() == a) | (b.numpy() == 0))
 
 
 def test_single_pair_copies(cp):
