@@ -37,7 +37,6 @@ from etptr.cuda._copy_engine cimport (
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cupy, c_enter_device,
     c_event_create, c_exit_device, c_is_page_locked, c_module_function, c_range_start)
-from etptr.cuda._pinned_pool cimport c_default_pool
 
 from etptr._core._error import Error, NotSupportedError
 from etptr.cuda._driver import _on_backend_change, _on_fork_child
@@ -340,9 +339,7 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         if sd == NULL or ss == NULL or sn == NULL or ld == NULL or ls == NULL or ln == NULL:
             raise MemoryError()
         for i in range(count):
-            if n[i] >= _LARGE and _scattered_on and \
-                    c_default_pool().c_find(host_side[i]) is None and \
-                    not c_is_page_locked(host_side[i]):
+            if n[i] >= _LARGE and _scattered_on and not c_is_page_locked(host_side[i]):
                 ld[nlarge] = dev_side[i]      # pageable: packed into one pipeline below
                 ls[nlarge] = host_side[i]
                 ln[nlarge] = n[i]

@@ -41,7 +41,7 @@ from etptr._core._host_copy cimport (
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cuda_failed,
     c_current_stream, c_enter_device, c_event_create, c_event_destroy, c_exit_device, c_forked,
-    c_host_alloc, c_host_free, c_is_page_locked, c_keep_forever, c_runtime, c_stream_create,
+    c_forget_on_change, c_host_alloc, c_is_page_locked, c_runtime, c_stream_create,
     c_stream_destroy, c_stream_handle)
 from etptr.cuda._pinned_pool cimport (
     PinnedHostPool, Slab, c_default_pool, c_ensure_event, c_pool_block_containing, c_record,
@@ -49,7 +49,6 @@ from etptr.cuda._pinned_pool cimport (
 from etptr.cuda._small_copy cimport TINY_BYTES, _Small, c_complete, c_fence_for, c_tiny_h2d
 
 from etptr._core._error import Error, EtWarning
-from etptr.cuda._driver import _on_backend_change, _on_fork_child
 
 
 # ------------------------------------------------------------------ configuration
@@ -245,19 +244,7 @@ cdef intptr_t c_copy_stream(int dev, object stream) except? -1:
     return eng.stream
 
 
-def _forget_engines():
-    """The backend changed, or this is a child forked after CUDA init: the streams and
-    events belong to the previous backend or to the parent's context."""
-    global _engines
-    with _engines_lock:
-        old = _engines
-        _engines = {}
-    if c_forked():
-        c_keep_forever(old)
-
-
-_on_fork_child(_forget_engines)
-_on_backend_change(_forget_engines)
+c_forget_on_change(_engines)    # the streams and events belong to a backend, a context
 
 
 # ------------------------------------------------------------------ the pipeline
@@ -821,7 +808,7 @@ cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev,
         # block that an earlier copy on the stream fills must see what that copy wrote,
         # at any size); a pool block remembers the copy until it completes
         rc = _one_dma(dst, src, nbytes, h2d, s, sync,
-                      None if h2d else c_fence_for(dev, nbytes, sync, _on_copy_stream(dev, s)))
+                      None if h2d else c_fence_for(dev, nbytes, sync and _on_copy_stream(dev, s)))
         if rc == 0 and not sync and slab is not None:
             c_record(slab, s, dev)
     elif h2d and nbytes <= TINY_BYTES and api.driver:

@@ -92,4 +92,5 @@ cdef int c_stream_destroy(intptr_t stream) except -1
 cdef uintptr_t c_host_alloc(int64_t nbytes) except? 0
 cdef int c_host_free(uintptr_t ptr) except -1
 cdef void c_keep_forever(object obj) noexcept
+cdef int c_forget_on_change(dict objects) except -1
 cdef void* c_module_function(bytes image, bytes name) except NULL

@@ -177,6 +177,20 @@ def _on_backend_change(callback):
     _backend_callbacks.append(callback)
 
 
+cdef int c_forget_on_change(dict objects) except -1:
+    """Empty ``objects`` (a module's CUDA objects by device) whenever they stop being
+    valid: when the backend changes, and in a child forked after CUDA was initialised,
+    where they are the parent's and are kept, never destroyed."""
+    def forget():
+        old = dict(objects)
+        objects.clear()
+        if c_forked():
+            c_keep_forever(old)
+    _on_fork_child(forget)
+    _on_backend_change(forget)
+    return 0
+
+
 # ------------------------------------------------------------------ the driver table
 
 cdef Api api

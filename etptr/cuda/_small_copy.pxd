@@ -18,7 +18,7 @@ cdef class _Small:
     cdef uint32_t fence_seq
 
 
-cdef _Small c_fence_for(int dev, int64_t nbytes, bint sync, bint on_copy_stream)
+cdef _Small c_fence_for(int dev, int64_t nbytes, bint sync_on_copy_stream)
 cdef int c_complete(_Small fence, intptr_t s) except? -1
 cdef int c_tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr_t s,
-                    bint sync, bint on_copy_stream, bint writable) except -1
+                    bint sync, bint sync_on_copy_stream, bint writable) except -1

@@ -23,11 +23,10 @@ from libc.stdint cimport int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memset
 
 from etptr.cuda._driver cimport (
-    NOT_SUPPORTED, api, c_cuda_failed, c_event_create, c_forked, c_host_alloc, c_host_free,
-    c_keep_forever)
+    NOT_SUPPORTED, api, c_cuda_failed, c_event_create, c_forget_on_change, c_host_alloc,
+    c_host_free)
 
 from etptr._core._error import EtError
-from etptr.cuda._driver import _on_backend_change, _on_fork_child
 
 cdef extern from "_fence.h" nogil:
     int etptr_fence_spin(const uint32_t* word, uint32_t seq, int64_t budget_ns)
@@ -94,29 +93,17 @@ cdef _Small _small(int dev):
     return sm
 
 
-def _forget_small():
-    """The backend changed, or this is a child forked after CUDA init: the blocks and
-    events belong to the previous backend or to the parent's context."""
-    global _smalls
-    with _smalls_lock:
-        old = _smalls
-        _smalls = {}
-    if c_forked():
-        c_keep_forever(old)
-
-
-_on_fork_child(_forget_small)
-_on_backend_change(_forget_small)
+c_forget_on_change(_smalls)     # the blocks and events belong to a backend, a context
 
 
 # ------------------------------------------------------------------ the fence
 
-cdef _Small c_fence_for(int dev, int64_t nbytes, bint sync, bint on_copy_stream):
-    """The fence a synchronous copy of ``nbytes`` waits on, or None (stream
-    synchronisation): copies up to 1 MiB on the device's copy stream
-    (``on_copy_stream``: the fence's numbers must all reach one stream), where libcuda
-    has stream writes and the fence word could be pinned."""
-    if not sync or not on_copy_stream or not _fence_on or not _fence_works or \
+cdef _Small c_fence_for(int dev, int64_t nbytes, bint sync_on_copy_stream):
+    """The fence a copy of ``nbytes`` waits on, or None (stream synchronisation): a
+    synchronous copy of up to 1 MiB on the device's copy stream (``sync_on_copy_stream``:
+    the fence's numbers must all reach one stream), where libcuda has stream writes and
+    the fence word could be pinned."""
+    if not sync_on_copy_stream or not _fence_on or not _fence_works or \
             not api.has_writes or nbytes > _FENCE_MAX:
         return None
     try:
@@ -171,10 +158,11 @@ cdef int _write_words(uintptr_t dst, uintptr_t src, int64_t nbytes, intptr_t s) 
 
 
 cdef int c_tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intptr_t s,
-                    bint sync, bint on_copy_stream, bint writable) except -1:
+                    bint sync, bint sync_on_copy_stream, bint writable) except -1:
     """Upload ``nbytes`` (at most TINY_BYTES) of pageable memory, read at the call, to
-    device address ``dst`` on ``dev`` (current) on stream ``s``; ``sync``: wait for it.
-    ``writable``: stream writes may target ``dst`` (not managed memory). A queued 4-byte
+    device address ``dst`` on ``dev`` (current) on stream ``s``; ``sync``: wait for it
+    (``sync_on_copy_stream``: and ``s`` is the device's copy stream, where the fence may
+    serve). ``writable``: stream writes may target ``dst`` (not managed memory). A queued 4-byte
     stream write took half the time of a slot's copy, whose cuEventSynchronize alone
     costs about 1.3 us (bench/results/h200_probe_small_copies.txt)."""
     global _writes_on
@@ -188,7 +176,7 @@ cdef int c_tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intpt
         with nogil:
             rc = _write_words(dst, src, nbytes, s)
         if rc == 0:
-            fence = c_fence_for(dev, nbytes, sync, on_copy_stream)
+            fence = c_fence_for(dev, nbytes, sync_on_copy_stream)
         elif rc == NOT_SUPPORTED:
             _writes_on = False        # this driver has no stream writes: the slots from now on
     if rc != 0:
