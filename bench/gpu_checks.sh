@@ -14,6 +14,7 @@
 #   many        etptr-bench --many (4096 small tensors, Qwen2.5-0.5B's tensors)
 #   layouts     etptr-bench --layout for all-minilm-l6-v2, qwen2.5-0.5b and qwen2.5-1.5b (the main job on
 #               files of those shapes: load_safetensors, save_safetensors, safetensors)
+#   minilm      the same for all-minilm-l6-v2 alone
 #   bench_many  pytest-benchmark suite bench/bench_many.py
 #   checkpoint  etptr-bench on the installed all-MiniLM-L6-v2 checkpoint
 #   probe chunking sweep_copy two_gpu   the probes behind the engine's defaults
@@ -68,6 +69,8 @@ for step in $steps; do
                 run "layout_$name" 300 $py -m etptr.bench --layout "$name" --no-progress \
                     --json "$out/layout_$name.json"
             done ;;
+        minilm) run layout_all-minilm-l6-v2 300 $py -m etptr.bench --layout all-minilm-l6-v2 \
+                    --no-progress --json "$out/layout_all-minilm-l6-v2.json" ;;
         bench_many) run bench_many 300 $py -m pytest -q -p no:cacheprovider bench/bench_many.py \
                         --benchmark-only --benchmark-columns=median,ops ;;
         probe_io) cc -O2 -pthread bench/probe_file_io.c -ldl -o "$out/probe_file_io" &&
