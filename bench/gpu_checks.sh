@@ -24,6 +24,7 @@
 #               kernel; stream sync or a flag the host spins on)
 #   small       bench/probe_small_copies.py: 4- and 8-byte copies by each small-copy path
 #   ramp_down   bench/probe_ramp_down.py: uploads ending with halving chunks, paired
+#   costs       bench/probe_call_costs.py: a 4-byte copy's cost at each layer, beside CuPy's
 #   ring        bench/probe_ring.py: uploads through rings of fewer, smaller slots (cache-resident?)
 #   scattered   bench/probe_scattered.py: batched h2d_copy into separate tensors, one pipeline or not
 #   probe_load  bench/probe_load.py: load_safetensors step by step
@@ -80,6 +81,7 @@ for step in $steps; do
               run tiny 120 "$out/probe_tiny" ;;
         small) run small 200 $py bench/probe_small_copies.py ;;
         ramp_down) run ramp_down 300 $py bench/probe_ramp_down.py /dev/shm ;;
+        costs) run costs 120 $py bench/probe_call_costs.py ;;
         ring) run ring 300 $py bench/probe_ring.py /dev/shm ;;
         scattered) run scattered 300 $py bench/probe_scattered.py /dev/shm ;;
         probe_load) run probe_load 200 $py bench/probe_load.py ;;
