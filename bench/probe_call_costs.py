@@ -44,9 +44,9 @@ def main():
     rows = {
         "cupy.cuda.get_current_stream().ptr": lambda: cupy.cuda.get_current_stream().ptr,
         "allocator.copy_host_to_device (4 B)": lambda: alloc.copy_host_to_device(
-            d.data_ptr(), h.data_ptr(), 4, 0),
+            d.data_ptr, h.data_ptr, 4, 0),
         "allocator.copy_device_to_host (4 B, page-locked)": lambda: alloc.copy_device_to_host(
-            hp.data_ptr(), d.data_ptr(), 4, 0),
+            hp.data_ptr, d.data_ptr, 4, 0),
         "h2d_copy(src, out)": lambda: etptr.h2d_copy(h, d),
         "h2d_copy(src, out, stream=current)": lambda: etptr.h2d_copy(h, d, stream=cur),
         "d2h_copy(src, out) into page-locked": lambda: etptr.d2h_copy(d, hp),
