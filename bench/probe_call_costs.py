@@ -1,4 +1,4 @@
-"""Probe: what one 4-byte copy costs at each layer, in us per call (median of 9 x 2000 calls).
+"""Probe: what one 4-byte copy costs at each layer, in us per call (median of 9 rounds of 2000 calls, the rows in turns).
 
     python bench/probe_call_costs.py
 
@@ -18,17 +18,20 @@ from etptr.cuda import CudaAllocator
 CALLS = 2000
 
 
-def per_call(fn):
-    for _ in range(200):
-        fn()
-    rounds = []
-    for _ in range(9):
-        t0 = time.perf_counter()
-        for _ in range(CALLS):
+def per_call(rows):
+    """{name: median us per call}: every row timed once per round, in turns."""
+    for fn in rows.values():
+        for _ in range(200):
             fn()
-        cupy.cuda.get_current_stream().synchronize()
-        rounds.append((time.perf_counter() - t0) / CALLS * 1e6)
-    return sorted(rounds)[4]
+    times = {name: [] for name in rows}
+    for _ in range(9):
+        for name, fn in rows.items():
+            t0 = time.perf_counter()
+            for _ in range(CALLS):
+                fn()
+            cupy.cuda.get_current_stream().synchronize()
+            times[name].append((time.perf_counter() - t0) / CALLS * 1e6)
+    return {name: sorted(t)[len(t) // 2] for name, t in times.items()}
 
 
 def main():
@@ -53,8 +56,8 @@ def main():
         "cupy ndarray.set()": lambda: a.set(src),
         "cupy ndarray.get(out=pinned)": lambda: a.get(out=out),
     }
-    for name, fn in rows.items():
-        print(f"  {name:50s} {per_call(fn):6.2f} us")
+    for name, us in per_call(rows).items():
+        print(f"  {name:50s} {us:6.2f} us")
 
 
 if __name__ == "__main__":
