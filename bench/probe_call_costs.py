@@ -1,11 +1,12 @@
-"""Probe: what one 4-byte copy costs at each layer, in us per call (median of 9 rounds of 2000 calls, the rows in turns).
+"""Probe: what one 4-byte copy costs at each layer, in us per call.
 
     python bench/probe_call_costs.py
 
 Rows: CuPy's current-stream lookup (which every default-stream copy makes), the
 allocator's raw copies (``copy_host_to_device`` / ``copy_device_to_host``),
 ``h2d_copy`` / ``d2h_copy`` of TensorPtrs (synchronous and queued on the current
-stream), and CuPy's ``set()`` / ``get(out=)`` beside them.
+stream), and CuPy's ``set()`` / ``get(out=)`` beside them; median of 9 rounds of 2000
+calls, the rows in turns.
 """
 import time
 
