@@ -153,6 +153,34 @@ def test_copy_config_process_wide_and_per_thread():
     assert get_copy_config() == before
 
 
+def test_a_copy_config_block_is_seen_by_its_own_thread_only():
+    import threading
+
+    from etptr.cuda import copy_config, get_copy_config
+    before = get_copy_config()
+    seen = {}
+
+    def other(key, open_block):
+        seen[key + " before"] = get_copy_config()       # a thread that never opened a block
+        if open_block:
+            with copy_config(slots=7):
+                seen[key + " inside"] = get_copy_config()
+        seen[key + " after"] = get_copy_config()
+
+    with copy_config(threads=1):
+        t = threading.Thread(target=other, args=("fresh", False))
+        t.start()
+        t.join()
+        t = threading.Thread(target=other, args=("own", True))
+        t.start()
+        t.join()
+        assert get_copy_config() == dict(before, threads=1)
+    assert seen["fresh before"] == seen["fresh after"] == before
+    assert seen["own before"] == seen["own after"] == before
+    assert seen["own inside"] == dict(before, slots=7)
+    assert get_copy_config() == before
+
+
 @pytest.mark.parametrize("kw, match", [
     ({"threads": 0}, "threads=0"), ({"slot_bytes": 100}, "slot_bytes=100"),
     ({"slots": 0}, "slots=0"), ({"small_copy_bytes": -1}, "small_copy_bytes=-1"),
