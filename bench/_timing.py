@@ -1,6 +1,6 @@
 """Helpers shared by the measurement scripts in bench/ (run as ``python bench/<script>.py``):
-a log that is printed as it goes and kept for an output file, median wall times, and a
-checkpoint file's upload alone."""
+a log that is printed as it goes and kept for an output file, median wall times, a
+checkpoint file's upload alone, and a checkpoint's tensors read into host memory."""
 import statistics
 import time
 
@@ -70,6 +70,22 @@ def file_uploader(plan, buf):
             os.close(fd)
 
     return upload
+
+
+def turns_row(times, nbytes, line):
+    """``in_turns``' {mode: seconds} as one row: us per call (x line) for each mode."""
+    return " | ".join(f"{t * 1e6:7.0f} ({nbytes / t / 1e9 / line:.3f})" for t in times.values())
+
+
+def host_tensors(path):
+    """The tensors of the checkpoint at ``path``, read into host memory (faulted in):
+    (numpy arrays, TensorPtrs viewing them)."""
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    import etptr
+    arrays = [np.ascontiguousarray(a) for a in load_file(str(path)).values()]
+    return arrays, [etptr.make_tensor_ptr(a) for a in arrays]
 
 
 def in_turns(fn, knob, modes, default, rounds=15):

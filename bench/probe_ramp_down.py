@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 import numpy as np
-from _timing import in_turns, pinned_line_gbps, say, write_log
+from _timing import host_tensors, in_turns, pinned_line_gbps, say, turns_row, write_log
 
 import etptr
 from etptr.bench._layouts import write_layout
@@ -26,13 +26,6 @@ MiB = 1 << 20
 MODES = {"off": 0, "1 MiB": MiB, "2 MiB": 2 * MiB, "4 MiB": 4 * MiB}
 RAMP_UPS = {"8/150 (default)": (8 * MiB, 150), "whole slots": (0, 150), "4/150": (4 * MiB, 150),
             "2/200": (2 * MiB, 200), "1/200": (MiB, 200)}
-
-
-def host_tensors(path):
-    """The checkpoint's tensors, read into host memory (as arrays, faulted in)."""
-    from safetensors.numpy import load_file
-    arrays = [np.ascontiguousarray(a) for a in load_file(str(path)).values()]
-    return arrays, [etptr.make_tensor_ptr(a) for a in arrays]
 
 
 def cases(path):
@@ -59,8 +52,7 @@ def ramp_ups(table, nbytes, line):
 
     for case in ("clone_tensor_ptrs_to", "h2d_copy (one tensor)", "load_safetensors"):
         t = in_turns(table[case], knob, RAMP_UPS, default[:2])
-        say(f"    {case}: " + " | ".join(
-            f"{t[m] * 1e6:7.0f} ({nbytes / t[m] / 1e9 / line:.3f})" for m in RAMP_UPS))
+        say(f"    {case}: " + turns_row(t, nbytes, line))
 
 
 def main(argv):
@@ -81,8 +73,7 @@ def main(argv):
                     continue
                 t = in_turns(fn, _copy_engine._set_ramp_down, MODES,
                              _copy_engine._get_ramp_down())
-                say(f"  {name} {case} ({nbytes / 1e6:.1f} MB): " + " | ".join(
-                    f"{t[m] * 1e6:7.0f} ({nbytes / t[m] / 1e9 / line:.3f})" for m in MODES))
+                say(f"  {name} {case} ({nbytes / 1e6:.1f} MB): " + turns_row(t, nbytes, line))
             if only is None:
                 ramp_ups(table, nbytes, line)
             path.unlink()

@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 import numpy as np
-from _timing import in_turns, pinned_line_gbps, say, write_log
+from _timing import host_tensors, in_turns, pinned_line_gbps, say, turns_row, write_log
 
 import etptr
 import etptr.cuda
@@ -38,13 +38,6 @@ RINGS = {
     "S2 K24 nt": (2 * MiB, 24, NT),
     "S1 K32": (MiB, 32, None),
 }
-
-
-def host_tensors(path):
-    """The checkpoint's tensors, read into host memory (as arrays, faulted in)."""
-    from safetensors.numpy import load_file
-    arrays = [np.ascontiguousarray(a) for a in load_file(str(path)).values()]
-    return arrays, [etptr.make_tensor_ptr(a) for a in arrays]
 
 
 def cases(path, small):
@@ -89,8 +82,7 @@ def main(argv):
             path = write_layout(name, tmp, seed=1)
             for case, (nbytes, fn) in cases(path, small).items():
                 t = in_turns(fn, knob, modes, None)
-                say(f"  {name} {case} ({nbytes / 1e6:.1f} MB): " + " | ".join(
-                    f"{t[m] * 1e6:7.0f} ({nbytes / t[m] / 1e9 / line:.3f})" for m in modes))
+                say(f"  {name} {case} ({nbytes / 1e6:.1f} MB): " + turns_row(t, nbytes, line))
             path.unlink()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 import numpy as np
-from _timing import in_turns, pinned_line_gbps, say, write_log
+from _timing import in_turns, pinned_line_gbps, say, turns_row, write_log
 
 import etptr
 from etptr.bench._layouts import write_layout
@@ -42,8 +42,7 @@ def main(argv):
                 t = in_turns(fn, _batch._set_scattered_pipeline,
                              {"one pipeline": True, "alone": False}, True)
                 say(f"  {name} {what} ({len(arrays)} tensors, {nbytes / 1e6:.1f} MB): " +
-                    " | ".join(f"{v * 1e6:7.0f} ({nbytes / v / 1e9 / line:.3f})"
-                               for v in t.values()))
+                    turns_row(t, nbytes, line))
             assert all(np.array_equal(a.view(np.uint8), b.numpy().view(np.uint8))
                        for a, b in zip(arrays, back))
             del srcs, outs, back, arrays
