@@ -13,9 +13,9 @@ cdef class DeviceAllocator:
     cdef int c_copy_d2h(self, uintptr_t dst, uintptr_t src, int64_t nbytes, int index,
                         object stream) except -1
     cdef int c_copy_h2d_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream) except -1
+                              int64_t count, int index, object stream, bint padded) except -1
     cdef int c_copy_d2h_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream) except -1
+                              int64_t count, int index, object stream, bint padded) except -1
     cdef object c_allocate_host(self, int64_t nbytes, int index)
     cdef int c_resolve_index(self, int index) except -2
 

@@ -185,16 +185,19 @@ cdef class DeviceAllocator:
         return 0
 
     cdef int c_copy_h2d_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream) except -1:
-        """``count`` host -> device copies (the base: one ``copy_host_to_device`` each)."""
+                              int64_t count, int index, object stream, bint padded) except -1:
+        """``count`` host -> device copies (the base: one ``copy_host_to_device`` each).
+        ``padded``: the bytes between the destinations are the caller's padding, which a
+        copy may overwrite (a batched clone's fresh allocation); else they are kept."""
         cdef int64_t i
         for i in range(count):
             self.c_copy_h2d(dst[i], src[i], n[i], index, stream)
         return 0
 
     cdef int c_copy_d2h_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream) except -1:
-        """``count`` device -> host copies (the base: one ``copy_device_to_host`` each)."""
+                              int64_t count, int index, object stream, bint padded) except -1:
+        """``count`` device -> host copies (the base: one ``copy_device_to_host`` each);
+        ``padded`` as for :meth:`c_copy_h2d_batch`."""
         cdef int64_t i
         for i in range(count):
             self.c_copy_d2h(dst[i], src[i], n[i], index, stream)

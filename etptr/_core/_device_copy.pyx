@@ -338,9 +338,9 @@ cdef object _copy_into(object src, object out, object stream, bint h2d):
     p.count = k
     if k:
         if h2d:
-            alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream)
+            alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream, False)
         else:
-            alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream)
+            alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream, False)
     return outs
 
 
@@ -376,8 +376,10 @@ def h2d_copy(src, out, *, stream=None):
 
     Notes
     -----
-    When a copy fails part way through a batch, the outs before the failure
-    may hold their new data and the others their old; no memory is kept.
+    Only the outs' bytes are written: outs that are views of one allocation
+    leave the bytes between them as they were. When a copy fails part way
+    through a batch, the outs before the failure may hold their new data and
+    the others their old; no memory is kept.
     """
     return _copy_into(src, out, stream, True)
 
@@ -388,7 +390,8 @@ def d2h_copy(src, out, *, stream=None):
     The mirror of :func:`h2d_copy`; a batch's small tensors are gathered on the
     device by a kernel, come down in one DMA and are scattered by the copy
     threads. Into page-locked outs a copy on a ``stream`` may still run on
-    return: synchronise the stream before reading them.
+    return: synchronise the stream before reading them. As for
+    :func:`h2d_copy`, only the outs' bytes are written.
 
     Raises
     ------
@@ -405,8 +408,9 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
     strides, scalar type, dynamism). They share one allocation: a
     :class:`DeviceMemoryBuffer` for CPU -> device, one host block (page-locked
     with ``pinned=True``) for device -> CPU, each result starting at a 256-byte
-    multiple; the memory goes back when the last of them dies. The batch moves
-    as a few large transfers. An empty sequence gives ``[]``.
+    multiple (the bytes between results hold unspecified values); the memory goes
+    back when the last of them dies. The batch moves as a few large transfers. An
+    empty sequence gives ``[]``.
 
     Parameters
     ----------
@@ -502,9 +506,10 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
         try:
             if k:
                 if h2d:
-                    alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream)
+                    # the results' padding (up to the next 256-byte multiple) is ours
+                    alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream, True)
                 else:
-                    alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream)
+                    alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream, True)
         except BaseException as exc:
             results = None
             _fail_after_taking(s, exc)

@@ -169,16 +169,16 @@ cdef class CudaAllocator(DeviceAllocator):
         return c_d2h(dst, src, nbytes, index, stream, &cfg)
 
     cdef int c_copy_h2d_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream) except -1:
+                              int64_t count, int index, object stream, bint padded) except -1:
         cdef CopyConfig cfg
         c_config(&cfg, None, None, None, None)
-        return c_h2d_batch(dst, src, n, count, index, stream, &cfg)
+        return c_h2d_batch(dst, src, n, count, index, stream, &cfg, padded)
 
     cdef int c_copy_d2h_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream) except -1:
+                              int64_t count, int index, object stream, bint padded) except -1:
         cdef CopyConfig cfg
         c_config(&cfg, None, None, None, None)
-        return c_d2h_batch(dst, src, n, count, index, stream, &cfg)
+        return c_d2h_batch(dst, src, n, count, index, stream, &cfg, padded)
 
     cdef object c_allocate_host(self, int64_t nbytes, int index):
         if nbytes == 0:

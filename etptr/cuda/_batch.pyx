@@ -9,6 +9,11 @@ into large transfers:
   of a batched clone in one :class:`DeviceMemoryBuffer`, a checkpoint's
   tensors): one pipelined copy of the range; the copy threads gather (H2D)
   or scatter (D2H) the host pieces into the pinned slots, one DMA per slot.
+  Such a DMA also moves the bytes between pieces, so gaps count as one range
+  only where nothing of anyone else's lies in them: in a batched clone's own
+  allocation (``padded``: each result's padding to a 256-byte multiple), in
+  a file's upload (documented), or, read only, on the device side of a
+  download into pageable memory. Elsewhere a range has no gaps.
 * Device sides scattered over separate allocations (copies into existing
   tensors, a KV cache): pieces of 1 MiB and more with pageable host sides go in
   one pipelined copy of their bytes packed in order, each chunk's DMA one per
@@ -127,8 +132,10 @@ cdef int _launch(_Scratch sc, uintptr_t table, int64_t count, void* stream) exce
     return 0
 
 
-cdef bint _one_range(const uintptr_t* dev, const int64_t* n, int64_t count) noexcept:
-    """Whether the device sides follow each other in order, with small gaps at most."""
+cdef bint _one_range(const uintptr_t* dev, const int64_t* n, int64_t count,
+                     int64_t near) noexcept:
+    """Whether the device sides follow each other in order, with gaps of up to ``near``
+    bytes per piece at most."""
     cdef int64_t i
     cdef uint64_t end = dev[0] + <uint64_t>n[0]
     cdef uint64_t total = <uint64_t>n[0]
@@ -137,7 +144,7 @@ cdef bint _one_range(const uintptr_t* dev, const int64_t* n, int64_t count) noex
             return False
         end = dev[i] + <uint64_t>n[i]
         total += <uint64_t>n[i]
-    return end - dev[0] <= total + <uint64_t>(_NEAR * count)
+    return end - dev[0] <= total + <uint64_t>(near * count)
 
 
 cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) noexcept:
@@ -150,11 +157,16 @@ cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) no
 
 
 cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, int64_t count,
-                 int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg, int fd) except -1:
+                 int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg, int fd,
+                 bint padded=True) except -1:
     """Pieces whose device sides lie in one range: one pipelined copy of the range. With
-    ``fd >= 0`` (uploads) the host sides are byte offsets in that open file."""
+    ``fd >= 0`` (uploads) the host sides are byte offsets in that open file. An upload
+    writes the gaps between pieces (their bytes are the caller's: see the module's
+    notes); a download writes only the pieces, but for one page-locked host range of the
+    same layout, which takes the whole range in one DMA when it has no gaps or is
+    ``padded``."""
     cdef HostList L
-    cdef int64_t i
+    cdef int64_t i, total = 0
     cdef uintptr_t base = dev[0]
     cdef int64_t span = <int64_t>(dev[count - 1] + <uint64_t>n[count - 1] - base)
     cdef int64_t* starts = <int64_t*>malloc(count * sizeof(int64_t))
@@ -163,11 +175,13 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
     try:
         for i in range(count):
             starts[i] = <int64_t>(dev[i] - base)
+            total += n[i]
         if fd >= 0:
             # a file's pieces come with a raw device address (copy_file_to_device); the
             # other batches' addresses come from tensors whose views were bounds-checked
             c_check_device_range(base, span, "dst")
-        if not h2d and c_is_page_locked(host[0]) and _same_layout(dev, host, count) and \
+        if not h2d and (padded or total == span) and c_is_page_locked(host[0]) and \
+                _same_layout(dev, host, count) and \
                 c_range_start(host[0]) != 0 and \
                 c_range_start(host[0]) == c_range_start(host[count - 1]):
             # the host side is one page-locked range with the same layout: one DMA
@@ -304,11 +318,12 @@ cdef int _sync(intptr_t s) except -1:
 
 cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
                 int d, object stream, CopyConfig* cfg, bint h2d, int fd,
-                object on_queued) except -1:
+                object on_queued, bint padded) except -1:
     """Both directions: ``d`` is current. ``fd >= 0``: a file's pieces (see _ranged), moved
     as one range whatever their gaps; then ``on_queued()`` (not None only with ``stream``
     None) runs once the file has been read, while the last DMAs run, and the copy is
-    waited for even when it raises."""
+    waited for even when it raises. ``padded``: the bytes between the pieces are the
+    caller's padding (see the module's notes)."""
     cdef bint sync = stream is None
     cdef intptr_t s = c_copy_stream(d, stream)
     cdef const uintptr_t* dev_side = dst if h2d else src
@@ -327,8 +342,8 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         finally:
             _sync(s)
         return 0
-    if fd >= 0 or _one_range(dev_side, n, count):
-        return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, fd)
+    if fd >= 0 or _one_range(dev_side, n, count, _NEAR if padded or not h2d else 0):
+        return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, fd, padded)
     sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     ss = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     sn = <int64_t*>malloc(count * sizeof(int64_t))
@@ -369,7 +384,7 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
 
 cdef int _batch_entry(const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
                       int64_t count, int dev, object stream, CopyConfig* cfg,
-                      bint h2d, int fd, object on_queued=None) except -1:
+                      bint h2d, int fd, object on_queued, bint padded) except -1:
     """What :func:`c_h2d_batch`, :func:`c_d2h_batch` and :func:`c_h2d_file` share: check
     the backend, make ``dev`` current for the batch and restore the device."""
     cdef DeviceGuard guard
@@ -381,25 +396,28 @@ cdef int _batch_entry(const uintptr_t* dst, const uintptr_t* src, const int64_t*
     c_cupy()
     c_enter_device(dev, &guard)
     try:
-        _batch(dst, src, n, count, dev, stream, cfg, h2d, fd, on_queued)
+        _batch(dst, src, n, count, dev, stream, cfg, h2d, fd, on_queued, padded)
     finally:
         c_exit_device(&guard)
     return 0
 
 
 cdef int c_h2d_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                     int dev, object stream, CopyConfig* cfg) except -1:
+                     int dev, object stream, CopyConfig* cfg, bint padded) except -1:
     """Copy ``count`` pieces host -> device on ``dev`` (a checked index): piece i is
     ``n[i]`` bytes from host ``src[i]`` to device ``dst[i]``. ``stream`` as for
-    :func:`etptr.cuda._copy_engine.c_h2d` (None: complete on return)."""
-    return _batch_entry(dst, src, n, count, dev, stream, cfg, True, -1)
+    :func:`etptr.cuda._copy_engine.c_h2d` (None: complete on return). ``padded``: the
+    device bytes between pieces may be overwritten (a batched clone's padding); else
+    nothing outside the pieces is written."""
+    return _batch_entry(dst, src, n, count, dev, stream, cfg, True, -1, None, padded)
 
 
 cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                     int dev, object stream, CopyConfig* cfg) except -1:
+                     int dev, object stream, CopyConfig* cfg, bint padded) except -1:
     """Copy ``count`` pieces device -> host: piece i is ``n[i]`` bytes from device
-    ``src[i]`` to host ``dst[i]``. ``stream`` as for the single copy."""
-    return _batch_entry(dst, src, n, count, dev, stream, cfg, False, -1)
+    ``src[i]`` to host ``dst[i]``. ``stream`` as for the single copy; ``padded``: the
+    host bytes between pieces may be overwritten."""
+    return _batch_entry(dst, src, n, count, dev, stream, cfg, False, -1, None, padded)
 
 
 cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const int64_t* starts,
@@ -430,7 +448,7 @@ cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const in
         for i in range(count):
             devs[i] = dst + <uintptr_t>starts[i]
         _batch_entry(devs, <const uintptr_t*>file_offsets, n, count, dev, stream, cfg, True, fd,
-                     on_queued)
+                     on_queued, True)
     finally:
         free(devs)
     return 0

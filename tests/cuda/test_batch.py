@@ -81,6 +81,62 @@ def test_copies_into_existing_scattered_tensors(settings, pool):
         np.testing.assert_array_equal(b.numpy(), a)
 
 
+def _views(base, offsets, n, device):
+    return [etptr.from_blob(base.data_ptr + o, [n], ST.Byte, device=device) for o in offsets]
+
+
+def _stale_slots():
+    """Leave the pinned slots holding 0xEE, as an earlier upload would."""
+    junk = etptr.make_tensor_ptr(np.full(4 * MiB, 0xEE, np.uint8))
+    etptr.h2d_copy(junk, etptr.empty([4 * MiB], ST.Byte, device="cuda"))
+
+
+# piece bytes, gap bytes: small pieces (through the scratch area) and large ones
+GAPPED = [(64, 64), (1000, 24), (2 * MiB, 128), (MiB + 3, 253)]
+
+
+@pytest.mark.parametrize("n, gap", GAPPED, ids=[f"{n}+{g}" for n, g in GAPPED])
+@pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
+def test_batched_h2d_copy_keeps_the_device_bytes_between_its_outs(n, gap, settings):
+    offsets = [0, n + gap, 2 * (n + gap)]
+    size = offsets[-1] + n + 512
+    dev = etptr.full([size], 0x77, ST.Byte, device="cuda")
+    srcs = [etptr.make_tensor_ptr(np.full(n, i + 1, np.uint8)) for i in range(3)]
+    with copy_config(**settings):
+        _stale_slots()
+        etptr.h2d_copy(srcs, _views(dev, offsets, n, "cuda"))
+    back = _host(dev)
+    for i, o in enumerate(offsets):
+        assert (back[o:o + n] == i + 1).all()
+        back[o:o + n] = 0x77
+    assert (back == 0x77).all(), "bytes between or after the outs were written"
+
+
+@pytest.mark.parametrize("n, gap", GAPPED, ids=[f"{n}+{g}" for n, g in GAPPED])
+@pytest.mark.parametrize("pinned", [True, False], ids=["page-locked", "pageable"])
+def test_batched_d2h_copy_keeps_the_host_bytes_between_its_outs(n, gap, pinned):
+    offsets = [0, n + gap, 2 * (n + gap)]
+    size = offsets[-1] + n + 512
+    dev = etptr.full([size], 0x11, ST.Byte, device="cuda")
+    host = etptr.full([size], 0x77, ST.Byte, pinned=pinned)
+    etptr.d2h_copy(_views(dev, offsets, n, "cuda"), _views(host, offsets, n, "cpu"))
+    back = host.numpy().copy()
+    for o in offsets:
+        assert (back[o:o + n] == 0x11).all()
+        back[o:o + n] = 0x77
+    assert (back == 0x77).all(), "bytes between or after the outs were written"
+
+
+def test_h2d_copy_into_all_but_one_of_a_batched_clone_leaves_that_one_alone():
+    arrays = [np.full(256, float(i), np.float32) for i in range(10)]
+    up = etptr.clone_tensor_ptrs_to([etptr.make_tensor_ptr(a) for a in arrays], "cuda")
+    _stale_slots()
+    keep = [i for i in range(10) if i != 5]
+    etptr.h2d_copy([etptr.make_tensor_ptr(-arrays[i]) for i in keep], [up[i] for i in keep])
+    for i, d in enumerate(up):
+        np.testing.assert_array_equal(_host(d), arrays[i] if i == 5 else -arrays[i])
+
+
 LARGE = [MiB // 4, (3 * MiB) // 4 + 5, (2 * MiB) // 4 + 100, 5 * MiB // 4, MiB // 4 + 1]
 
 
