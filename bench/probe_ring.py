@@ -65,12 +65,14 @@ def main(argv):
     say(f"line (pinned 256 MiB): {line:.1f} GB/s; config {etptr.cuda.get_copy_config()}; "
         f"streaming stores up to {default_max >> 20} MiB ('nt': for every upload)")
 
+    tokens = []
+
     def knob(v):
         if v is None:
-            _copy_engine._pop_config()
+            _copy_engine._pop_config(tokens.pop())
             _copy_engine._set_streaming_max(default_max)
             return
-        _copy_engine._push_config(slot_bytes=v[0], slots=v[1])
+        tokens.append(_copy_engine._push_config(slot_bytes=v[0], slots=v[1]))
         _copy_engine._set_streaming_max(default_max if v[2] is None else v[2])
 
     # in_turns sets each mode, then the default: here None pops the mode's settings

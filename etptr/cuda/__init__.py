@@ -91,13 +91,17 @@ def copy_config(*, threads: int | None = None, slot_bytes: int | None = None,
                 small_copy_bytes: int | None = None) -> _Iterator[None]:
     """copy_config(*, threads=None, slot_bytes=None, slots=None, small_copy_bytes=None)
 
-    Context manager: copies made by this thread inside the block use these
-    settings (None keeps the surrounding value). See :func:`set_copy_config`.
+    Context manager: copies made inside the block by this thread (or this
+    asyncio task) use these settings (None keeps the surrounding value); other
+    threads and tasks keep theirs. See :func:`set_copy_config`.
 
     Raises
     ------
     InvalidArgumentError
         A value out of range.
+    InvalidStateError
+        On leaving, the block is left in another thread or task than it was
+        entered in (a generator resumed elsewhere).
 
     Examples
     --------
@@ -106,11 +110,11 @@ def copy_config(*, threads: int | None = None, slot_bytes: int | None = None,
     ...     etptr.cuda.get_copy_config()["threads"]
     4
     """
-    _copy_engine._push_config(threads, slot_bytes, slots, small_copy_bytes)
+    token = _copy_engine._push_config(threads, slot_bytes, slots, small_copy_bytes)
     try:
         yield
     finally:
-        _copy_engine._pop_config()
+        _copy_engine._pop_config(token)
 
 
 def _autoregister() -> None:

@@ -30,6 +30,7 @@ from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
+import contextvars
 import os
 import threading
 import warnings
@@ -60,14 +61,11 @@ _cfg.slots = 3
 _cfg.small_bytes = 64 << 10
 
 
-class _ThreadSettings(threading.local):
-    """This thread's settings from :func:`etptr.cuda.copy_config` blocks: a stack of dicts.
-    ``stack`` is None in a thread that never opened a block; as a class attribute it is
-    read without the AttributeError (about 1 us) a missing per-thread one costs."""
-    stack = None
-
-
-_tls = _ThreadSettings()
+# The settings of the innermost etptr.cuda.copy_config block around the running code, a
+# dict (None outside any block). A context variable, so that each thread and each asyncio
+# task has its own; reading it raises nothing (a missing thread-local attribute would, at
+# about 1 us a copy).
+_block_settings = contextvars.ContextVar("etptr_copy_config", default=None)
 
 
 def _check_config(threads, slot_bytes, slots, small_copy_bytes):
@@ -98,11 +96,12 @@ cdef int _apply(CopyConfig* cfg, dict kw) except -1:
 
 cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,
                   object small_bytes) except -1:
-    """The settings for one copy: process-wide, then this thread's, then the call's."""
+    """The settings for one copy: process-wide, then the copy_config block's, then the
+    call's."""
     cfg[0] = _cfg
-    local = _tls.stack
+    local = _block_settings.get()
     if local:
-        _apply(cfg, local[-1])
+        _apply(cfg, local)
     if threads is not None or slot_bytes is not None or slots is not None or small_bytes is not None:
         _apply(cfg, _check_config(threads, slot_bytes, slots, small_bytes))
     return 0
@@ -170,18 +169,30 @@ _config_from_env()
 
 
 def _push_config(threads=None, slot_bytes=None, slots=None, small_copy_bytes=None):
-    """Override settings for this thread until :func:`_pop_config`."""
+    """Override settings in the running thread or asyncio task until :func:`_pop_config`
+    is given the token this returns."""
     kw = _check_config(threads, slot_bytes, slots, small_copy_bytes)
-    stack = _tls.stack
-    if stack is None:
-        stack = _tls.stack = []
-    merged = dict(stack[-1]) if stack else {}
+    merged = dict(_block_settings.get() or ())
     merged.update(kw)
-    stack.append(merged)
+    return _block_settings.set(merged)
 
 
-def _pop_config():
-    _tls.stack.pop()
+def _pop_config(token):
+    """End the override that :func:`_push_config` returned ``token`` for.
+
+    Raises
+    ------
+    InvalidStateError
+        ``token`` was used already, or belongs to another thread or task (a
+        copy_config block left somewhere else than where it was entered, as a
+        generator resumed in another thread may do: the block's settings then
+        stay where it was entered).
+    """
+    try:
+        _block_settings.reset(token)
+    except (ValueError, RuntimeError) as exc:
+        raise_error(Error.InvalidState, f"a copy_config block ended in another thread or "
+                                        f"task than it began in, or ended twice ({exc})")
 
 
 # ------------------------------------------------------------------ copy streams (one per device)
