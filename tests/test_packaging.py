@@ -153,8 +153,12 @@ def test_sdist_carries_everything_a_build_and_the_tests_need(tmp_path):
               "tests/_dlpack_ctypes.py", "tests/_fuzz_main.py", "tests/stubtest_allowlist.txt",
               "tests/cuda/conftest.py", "tests/fakecuda.c"}
     tests = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("*.py")}
-    assert (needed | tests) - names == set()
-    assert [n for n in names if n.endswith((".so", ".c", ".pyc"))] == ["tests/fakecuda.c"]
+    probes = {p.relative_to(ROOT).as_posix() for ext in ("c", "h", "sh")
+              for p in (ROOT / "bench").glob(f"*.{ext}")}
+    assert "bench/probe_tiny.c" in probes and "bench/probe_cuda.h" in probes
+    assert (needed | tests | probes) - names == set()
+    assert sorted(n for n in names if n.endswith((".so", ".c", ".pyc"))) == \
+        sorted(["tests/fakecuda.c"] + [p for p in probes if p.endswith(".c")])
 
 
 @pytest.mark.skipif(not SOURCE_TREE, reason="needs the source tree")
