@@ -790,6 +790,16 @@ def zero_size_address(dev):
 _MAX_HANDLE = (1 << 63) - 1
 
 
+cdef object _handle_from_index(object obj, object stream, str what):
+    """``obj.__index__()`` as a stream handle: an int that is not a bool, else
+    InvalidTypeError naming ``stream``."""
+    h = obj.__index__()
+    if isinstance(h, bool) or not isinstance(h, int):
+        raise_error(Error.InvalidType, f"stream={stream!r:.80}: {what} returned "
+                                       f"{h!r:.40} of type {type(h).__name__}, not an int handle")
+    return h
+
+
 cdef intptr_t c_stream_handle(object stream) except? -1:
     """A raw cudaStream_t from an int, a ``__cuda_stream__`` object, or ``.ptr``/``.cuda_stream``."""
     h = None
@@ -801,17 +811,14 @@ cdef intptr_t c_stream_handle(object stream) except? -1:
     if isinstance(stream, bool):
         h = None
     elif hasattr(stream, "__index__"):
-        h = stream.__index__()
-        if isinstance(h, bool):
-            raise_error(Error.InvalidType,
-                        f"stream={stream!r:.80}: its __index__() returned a bool, not a handle")
+        h = _handle_from_index(stream, stream, "its __index__()")
     else:
         proto = getattr(stream, "__cuda_stream__", None)
         if proto is not None:
             pair = proto()
             if isinstance(pair, tuple) and len(pair) == 2 and hasattr(pair[1], "__index__") \
                     and not isinstance(pair[1], bool):
-                h = pair[1].__index__()
+                h = _handle_from_index(pair[1], stream, "the __index__() of __cuda_stream__()'s handle")
             else:
                 raise_error(Error.InvalidType,
                             f"stream={stream!r:.80}: __cuda_stream__() returned {pair!r:.80}, not "

@@ -583,6 +583,21 @@ def test_stream_objects_giving_a_bool_are_refused(alloc):
             etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(np.ones(4)), "cuda", stream=stream)
 
 
+@pytest.mark.parametrize("value", ["abc", 1.5, None], ids=["str", "float", "None"])
+def test_stream_objects_whose_index_gives_no_int_are_refused(alloc, value):
+    class Index:
+        def __index__(self):
+            return value
+
+    class Proto:
+        def __cuda_stream__(self):
+            return (0, Index())
+
+    for stream, match in ((Index(), "__index__"), (Proto(), "__cuda_stream__")):
+        with pytest.raises(etptr.InvalidTypeError, match=f"stream=.*{match}.*not an int"):
+            etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(np.ones(4)), "cuda", stream=stream)
+
+
 def test_stream_handle_may_be_any_integer_type(alloc, cp):
     t = etptr.make_tensor_ptr(np.arange(8, dtype=np.float32))
     d = etptr.clone_tensor_ptr_to(t, "cuda", stream=np.int64(0))
