@@ -818,7 +818,8 @@ cdef intptr_t c_stream_handle(object stream) except? -1:
             pair = proto()
             if isinstance(pair, tuple) and len(pair) == 2 and hasattr(pair[1], "__index__") \
                     and not isinstance(pair[1], bool):
-                h = _handle_from_index(pair[1], stream, "the __index__() of __cuda_stream__()'s handle")
+                h = _handle_from_index(pair[1], stream,
+                                       "the __index__() of __cuda_stream__()'s handle")
             else:
                 raise_error(Error.InvalidType,
                             f"stream={stream!r:.80}: __cuda_stream__() returned {pair!r:.80}, not "
