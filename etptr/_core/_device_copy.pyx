@@ -191,9 +191,9 @@ cdef _Pieces _pieces(int64_t count):
 
 
 cdef str _arg(bint out, Py_ssize_t i, bint batch):
-    """The name of a pair's source (``out`` False) or out: ``src``, or ``srcs[i]`` in a batch."""
+    """The name of a pair's source (``out`` False) or out: ``src``, or ``src[i]`` in a batch."""
     name = "out" if out else "src"
-    return f"{name}s[{i}]" if batch else name
+    return f"{name}[{i}]" if batch else name
 
 
 cdef list _tensor_list(object seq, str name):
@@ -298,11 +298,15 @@ cdef object _copy_into(object src, object out, object stream, bint h2d):
             else:
                 alloc.c_copy_d2h(<uintptr_t>b.c_data, <uintptr_t>a.c_data, nbytes, index, stream)
         return out
-    srcs = _tensor_list(src, "srcs")
-    outs = _tensor_list(out, "outs")
+    if isinstance(out, TensorPtr):
+        raise_error(Error.InvalidType,
+                    f"out is one TensorPtr but src is a {c_type_name(src)}: a batch takes a "
+                    f"sequence of outs, one per source")
+    srcs = _tensor_list(src, "src")
+    outs = _tensor_list(out, "out")
     if len(srcs) != len(outs):
         raise_error(Error.InvalidArgument,
-                    f"srcs has {len(srcs)} tensors but outs has {len(outs)}")
+                    f"src has {len(srcs)} tensors but out has {len(outs)}")
     count = len(srcs)
     p = _pieces(count)
     for i in range(count):           # every check before any user code or byte moves
@@ -317,7 +321,7 @@ cdef object _copy_into(object src, object out, object stream, bint h2d):
             first_dev = dev_t
         elif dev_t.c_device is not first_dev.c_device and dev_t.c_device != first_dev.c_device:
             raise_error(Error.InvalidArgument,
-                        f"{'outs' if h2d else 'srcs'}[{i}].device={dev_t.c_device}: a batch "
+                        f"{'out' if h2d else 'src'}[{i}].device={dev_t.c_device}: a batch "
                         f"copies to or from one device")
         if alloc is None or dev_t.c_storage.c_allocator is not alloc:
             found = _owner_allocator(dev_t, &index_i)
@@ -325,11 +329,11 @@ cdef object _copy_into(object src, object out, object stream, bint h2d):
                 alloc, index = found, index_i
             elif found is not alloc or index_i != index:
                 raise_error(Error.InvalidArgument,
-                            f"{'outs' if h2d else 'srcs'}[{i}].device={dev_t.c_device}: its "
+                            f"{'out' if h2d else 'src'}[{i}].device={dev_t.c_device}: its "
                             f"memory belongs to another allocator or device than the batch's")
         elif dev_t.c_storage.c_index != index:
             raise_error(Error.InvalidArgument,
-                        f"{'outs' if h2d else 'srcs'}[{i}].device={dev_t.c_device}: its memory "
+                        f"{'out' if h2d else 'src'}[{i}].device={dev_t.c_device}: its memory "
                         f"is on another device than the batch's")
         p.dst[k] = <uintptr_t>b.c_data
         p.src[k] = <uintptr_t>a.c_data

@@ -327,12 +327,12 @@ def test_mismatched_pairs_are_refused_before_any_byte_moves(fake):
     a = etptr.make_tensor_ptr(np.arange(4, dtype=np.float32))
     good = etptr.empty([4], device="cuda")
     cases = [
-        ([a, a], [good, etptr.empty([5], device="cuda")], r"outs\[1\]\.sizes"),
-        ([a, a], [good, etptr.empty([4], ST.Int, device="cuda")], r"outs\[1\]\.scalar_type"),
-        ([a, a], [good, etptr.empty([4])], r"outs\[1\]\.device"),
-        ([a, a], [good], "srcs has 2 tensors but outs has 1"),
-        ([a, good], [good, good], r"srcs\[1\]\.device"),
-        ([a, a], [good, etptr.make_tensor_ptr([4], None, device="cuda")], r"outs\[1\] has null"),
+        ([a, a], [good, etptr.empty([5], device="cuda")], r"out\[1\]\.sizes"),
+        ([a, a], [good, etptr.empty([4], ST.Int, device="cuda")], r"out\[1\]\.scalar_type"),
+        ([a, a], [good, etptr.empty([4])], r"out\[1\]\.device"),
+        ([a, a], [good], "src has 2 tensors but out has 1"),
+        ([a, good], [good, good], r"src\[1\]\.device"),
+        ([a, a], [good, etptr.make_tensor_ptr([4], None, device="cuda")], r"out\[1\] has null"),
     ]
     for srcs, outs, match in cases:
         fake.calls.clear()
@@ -342,8 +342,10 @@ def test_mismatched_pairs_are_refused_before_any_byte_moves(fake):
     t = etptr.make_tensor_ptr([2, 2], list(range(4)), type=ST.Float, dim_order=[1, 0])
     with pytest.raises(etptr.InvalidArgumentError, match=r"out\.dim_order"):
         etptr.h2d_copy(t, etptr.empty([2, 2], device="cuda"))
-    with pytest.raises(etptr.InvalidTypeError, match=r"outs\[0\]"):
+    with pytest.raises(etptr.InvalidTypeError, match=r"out\[0\]"):
         etptr.h2d_copy([a], ["not a tensor"])
+    with pytest.raises(etptr.InvalidTypeError, match="out is one TensorPtr but src is a list"):
+        etptr.h2d_copy([a], good)
 
 
 def test_batch_from_two_devices_is_refused(ndev):
@@ -353,7 +355,7 @@ def test_batch_from_two_devices_is_refused(ndev):
     y = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:1")
     with pytest.raises(etptr.InvalidArgumentError, match=r"tensors\[1\]\.device"):
         etptr.clone_tensor_ptrs_to([x, y], "cpu")
-    with pytest.raises(etptr.InvalidArgumentError, match=r"outs\[1\]\.device"):
+    with pytest.raises(etptr.InvalidArgumentError, match=r"out\[1\]\.device"):
         etptr.h2d_copy([etptr.ones([4]), etptr.ones([4])], [x, y])
 
 
