@@ -327,6 +327,18 @@ def test_python_subclass_drives_a_clone(py_alloc):
     assert sorted(c[1] for c in py_alloc.named("deallocate")) == [0, 5]
 
 
+def test_an_address_off_the_alignment_asked_for_is_refused_and_given_back(py_alloc):
+    py_alloc.allocate_result = lambda ptr: ptr + 1
+    t = etptr.make_tensor_ptr([3], [1.0, 2.0, 3.0])
+    with pytest.raises(etptr.MemoryAllocationError, match=r"PyAllocator\.allocate returned "
+                                                           r"0x[0-9a-f]+ for 12 bytes.*alignment=8"):
+        etptr.clone_tensor_ptr_to(t, "cuda")
+    (freed,) = py_alloc.named("deallocate")
+    assert freed[0] % 8 == 1               # the address it returned went back to it
+    py_alloc.allocate_result = None
+    assert etptr.clone_tensor_ptr_to(t, "cuda").nbytes == 12
+
+
 @pytest.mark.cuda
 def test_cuda_allocator_registers_itself_on_first_lookup():
     proc = run_isolated("""

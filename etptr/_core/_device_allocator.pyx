@@ -109,7 +109,9 @@ cdef class DeviceAllocator:
         ----------
         nbytes : int, size in bytes
         index : int, device index (-1 = current device)
-        alignment : int, power of two, bytes
+        alignment : int, power of two, bytes; the address returned must be a
+            multiple of it (etptr gives one that is not back to
+            :meth:`deallocate` and raises MemoryAllocationError)
 
         Raises
         ------
@@ -157,12 +159,20 @@ cdef class DeviceAllocator:
     # -------------------------------------------------------------- C level
     cdef uintptr_t c_allocate(self, int64_t nbytes, int index, int64_t alignment,
                               object stream) except? 0:
-        """``allocate(nbytes, index, alignment[, stream=])``, its result checked."""
+        """``allocate(nbytes, index, alignment[, stream=])``, its result checked: an address
+        that is no multiple of ``alignment`` is given back to ``deallocate`` and refused."""
+        cdef uintptr_t a
         if stream is not None and _takes_keyword(self, "allocate", "stream"):
             ptr = self.allocate(nbytes, index, alignment, stream=stream)
         else:
             ptr = self.allocate(nbytes, index, alignment)
-        return _address(ptr, self, nbytes)
+        a = _address(ptr, self, nbytes)
+        if alignment > 1 and a % <uintptr_t>alignment:
+            self.deallocate(a, index)
+            raise_error(Error.MemoryAllocationFailed,
+                        f"{c_type_name(self)}.allocate returned {a:#x} for {nbytes} bytes, no "
+                        f"multiple of the alignment={alignment} asked for")
+        return a
 
     cdef int c_deallocate(self, uintptr_t ptr, int index) except -1:
         self.deallocate(ptr, index)
