@@ -147,6 +147,14 @@ cdef bint _one_range(const uintptr_t* dev, const int64_t* n, int64_t count,
     return end - dev[0] <= total + <uint64_t>(near * count)
 
 
+cdef bint _one_allocation(const uintptr_t* dev, int64_t count) except -1:
+    """Whether the first and the last piece lie in one device allocation (so, in order,
+    every piece and gap between them does): a DMA may then span them. Pieces in separate
+    allocations, or where the driver cannot say, are not moved as one range."""
+    cdef uintptr_t start = c_range_start(dev[0])
+    return start != 0 and start == c_range_start(dev[count - 1])
+
+
 cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) noexcept:
     """Whether ``b`` is ``a`` shifted by one offset (the same relative layout)."""
     cdef int64_t i
@@ -342,7 +350,8 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         finally:
             _sync(s)
         return 0
-    if fd >= 0 or _one_range(dev_side, n, count, _NEAR if padded or not h2d else 0):
+    if fd >= 0 or (_one_range(dev_side, n, count, _NEAR if padded or not h2d else 0) and
+                   (padded or _one_allocation(dev_side, count))):
         return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, fd, padded)
     sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     ss = <uintptr_t*>malloc(count * sizeof(uintptr_t))

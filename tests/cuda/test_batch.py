@@ -127,6 +127,17 @@ def test_batched_d2h_copy_keeps_the_host_bytes_between_its_outs(n, gap, pinned):
     assert (back == 0x77).all(), "bytes between or after the outs were written"
 
 
+def test_outs_laid_end_to_end_in_one_allocation_go_up_in_one_dma(fake):
+    dev = etptr.empty([64 * 1024], ST.Byte, device="cuda")
+    outs = _views(dev, [1024 * i for i in range(64)], 1024, "cuda")
+    srcs = [etptr.make_tensor_ptr(np.full(1024, i, np.uint8)) for i in range(64)]
+    fake.calls.clear()
+    etptr.h2d_copy(srcs, outs)
+    assert len(_ups(fake)) == 1
+    back = _host(dev).reshape(64, 1024)
+    assert all((back[i] == i).all() for i in range(64))
+
+
 def test_h2d_copy_into_all_but_one_of_a_batched_clone_leaves_that_one_alone():
     arrays = [np.full(256, float(i), np.float32) for i in range(10)]
     up = etptr.clone_tensor_ptrs_to([etptr.make_tensor_ptr(a) for a in arrays], "cuda")
