@@ -181,6 +181,70 @@ def test_a_copy_config_block_is_seen_by_its_own_thread_only():
     assert get_copy_config() == before
 
 
+def test_copy_config_blocks_left_out_of_order_leave_nothing_behind():
+    from etptr.cuda import copy_config, get_copy_config
+    before = get_copy_config()
+
+    def block(**kw):
+        with copy_config(**kw):
+            yield get_copy_config()
+            yield get_copy_config()
+
+    a, b = block(slot_bytes=8192), block(slots=5)
+    assert next(a)["slot_bytes"] == 8192
+    assert next(b) == dict(before, slot_bytes=8192, slots=5)
+    a.close()                                   # A ends first, B is still open
+    assert get_copy_config() == dict(before, slots=5)
+    b.close()
+    assert get_copy_config() == before
+
+
+def test_a_copy_config_block_left_in_another_thread_is_refused():
+    import threading
+
+    from etptr.cuda import copy_config, get_copy_config
+    before = get_copy_config()
+
+    def block():
+        with copy_config(slots=6):
+            yield
+
+    g = block()
+    next(g)
+    errors = []
+
+    def close():
+        try:
+            g.close()
+        except etptr.InvalidStateError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=close)
+    t.start()
+    t.join()
+    assert len(errors) == 1 and "not open in this thread or task" in str(errors[0])
+    assert get_copy_config() == dict(before, slots=6)    # it stays where it began
+
+
+def test_copy_config_in_asyncio_tasks_is_per_task():
+    import asyncio
+
+    from etptr.cuda import copy_config, get_copy_config
+    seen = {}
+
+    async def task(slots):
+        with copy_config(slots=slots):
+            await asyncio.sleep(0)
+            seen[slots] = get_copy_config()["slots"]
+            await asyncio.sleep(0)
+
+    async def both():
+        await asyncio.gather(task(4), task(9))
+
+    asyncio.run(both())
+    assert seen == {4: 4, 9: 9}
+
+
 @pytest.mark.parametrize("kw, match", [
     ({"threads": 0}, "threads=0"), ({"slot_bytes": 100}, "slot_bytes=100"),
     ({"slots": 0}, "slots=0"), ({"small_copy_bytes": -1}, "small_copy_bytes=-1"),

@@ -337,6 +337,13 @@ def test_an_address_off_the_alignment_asked_for_is_refused_and_given_back(py_all
     assert freed[0] % 8 == 1               # the address it returned went back to it
     py_alloc.allocate_result = None
     assert etptr.clone_tensor_ptr_to(t, "cuda").nbytes == 12
+    # a deallocate that raises then is named in the error, and chained to it
+    py_alloc.allocate_result = lambda ptr: ptr + 1
+    py_alloc.dealloc_error = RuntimeError("dealloc failed")
+    with pytest.raises(etptr.MemoryAllocationError, match="alignment=8.*dealloc failed") as info:
+        etptr.clone_tensor_ptr_to(t, "cuda")
+    assert isinstance(info.value.__context__, RuntimeError)
+    py_alloc.dealloc_error = py_alloc.allocate_result = None
 
 
 @pytest.mark.cuda

@@ -168,10 +168,14 @@ cdef class DeviceAllocator:
             ptr = self.allocate(nbytes, index, alignment)
         a = _address(ptr, self, nbytes)
         if alignment > 1 and a % <uintptr_t>alignment:
-            self.deallocate(a, index)
-            raise_error(Error.MemoryAllocationFailed,
-                        f"{c_type_name(self)}.allocate returned {a:#x} for {nbytes} bytes, no "
-                        f"multiple of the alignment={alignment} asked for")
+            msg = (f"{c_type_name(self)}.allocate returned {a:#x} for {nbytes} bytes, no "
+                   f"multiple of the alignment={alignment} asked for")
+            try:
+                self.deallocate(a, index)
+            except Exception as exc:        # (chained as the context of the error below)
+                raise_error(Error.MemoryAllocationFailed,
+                            f"{msg}; giving it back to deallocate raised {exc!r:.200}")
+            raise_error(Error.MemoryAllocationFailed, msg)
         return a
 
     cdef int c_deallocate(self, uintptr_t ptr, int index) except -1:

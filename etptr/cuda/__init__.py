@@ -110,11 +110,11 @@ def copy_config(*, threads: int | None = None, slot_bytes: int | None = None,
     ...     etptr.cuda.get_copy_config()["threads"]
     4
     """
-    token = _copy_engine._push_config(threads, slot_bytes, slots, small_copy_bytes)
+    key = _copy_engine._push_config(threads, slot_bytes, slots, small_copy_bytes)
     try:
         yield
     finally:
-        _copy_engine._pop_config(token)
+        _copy_engine._pop_config(key)
 
 
 def _autoregister() -> None:

@@ -166,7 +166,7 @@ cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) no
 
 cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, int64_t count,
                  int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg, int fd,
-                 bint padded=True) except -1:
+                 bint padded) except -1:
     """Pieces whose device sides lie in one range: one pipelined copy of the range. With
     ``fd >= 0`` (uploads) the host sides are byte offsets in that open file. An upload
     writes the gaps between pieces (their bytes are the caller's: see the module's
@@ -297,13 +297,15 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
                     hosts[0] = <uintptr_t>table
                     lens[0] = k * PIECE_BYTES
                     devs[0] = sc.ptr
-                    _ranged(devs, hosts, lens, k + 1, d, s, True, False, cfg, -1)
+                    _ranged(devs, hosts, lens, k + 1, d, s, True, False, cfg, -1, True)
                     _launch(sc, sc.ptr, k, <void*>s)
                 else:
                     # the table up, the gather, then the payload down in one copy
                     c_transfer(sc.ptr, <uintptr_t>table, k * PIECE_BYTES, d, s, False, cfg, True)
                     _launch(sc, sc.ptr, k, <void*>s)
-                    _ranged(devs + 1, hosts + 1, lens + 1, k, d, s, False, False, cfg, -1)
+                    # (the host sides are the caller's outs: their gaps are not ours)
+                    _ranged(devs + 1, hosts + 1, lens + 1, k, d, s, False, False, cfg, -1,
+                            False)
             finally:
                 free(table)
                 free(hosts)
@@ -330,8 +332,9 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
     """Both directions: ``d`` is current. ``fd >= 0``: a file's pieces (see _ranged), moved
     as one range whatever their gaps; then ``on_queued()`` (not None only with ``stream``
     None) runs once the file has been read, while the last DMAs run, and the copy is
-    waited for even when it raises. ``padded``: the bytes between the pieces are the
-    caller's padding (see the module's notes)."""
+    waited for even when it raises. ``padded``: the bytes between the pieces on the
+    side written (the device's up, the host's down) are the caller's padding (see the
+    module's notes)."""
     cdef bint sync = stream is None
     cdef intptr_t s = c_copy_stream(d, stream)
     cdef const uintptr_t* dev_side = dst if h2d else src
@@ -344,14 +347,14 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
     cdef uintptr_t* ls
     cdef int64_t* ln
     if fd >= 0 and on_queued is not None:
-        _ranged(dev_side, host_side, n, count, d, s, h2d, False, cfg, fd)
+        _ranged(dev_side, host_side, n, count, d, s, h2d, False, cfg, fd, True)
         try:
             on_queued()
         finally:
             _sync(s)
         return 0
     if fd >= 0 or (_one_range(dev_side, n, count, _NEAR if padded or not h2d else 0) and
-                   (padded or _one_allocation(dev_side, count))):
+                   _one_allocation(dev_side, count)):
         return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, fd, padded)
     sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     ss = <uintptr_t*>malloc(count * sizeof(uintptr_t))

@@ -61,11 +61,23 @@ _cfg.slots = 3
 _cfg.small_bytes = 64 << 10
 
 
-# The settings of the innermost etptr.cuda.copy_config block around the running code, a
-# dict (None outside any block). A context variable, so that each thread and each asyncio
-# task has its own; reading it raises nothing (a missing thread-local attribute would, at
-# about 1 us a copy).
+# The etptr.cuda.copy_config blocks open around the running code: None, or (blocks,
+# merged), blocks a tuple of (key, settings) innermost last and merged their settings
+# laid over one another. A context variable, so that each thread and each asyncio task
+# has its own; reading it raises nothing (a missing thread-local attribute would, at
+# about 1 us a copy). Blocks are removed by key, so blocks left out of order (generators)
+# leave nothing behind.
 _block_settings = contextvars.ContextVar("etptr_copy_config", default=None)
+
+
+cdef object _blocks_value(tuple blocks):
+    """The context variable's value for ``blocks``."""
+    cdef dict merged = {}
+    if not blocks:
+        return None
+    for _, kw in blocks:
+        merged.update(kw)
+    return (blocks, merged)
 
 
 def _check_config(threads, slot_bytes, slots, small_copy_bytes):
@@ -100,8 +112,8 @@ cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slo
     call's."""
     cfg[0] = _cfg
     local = _block_settings.get()
-    if local:
-        _apply(cfg, local)
+    if local is not None:
+        _apply(cfg, (<tuple>local)[1])
     if threads is not None or slot_bytes is not None or slots is not None or small_bytes is not None:
         _apply(cfg, _check_config(threads, slot_bytes, slots, small_bytes))
     return 0
@@ -170,29 +182,34 @@ _config_from_env()
 
 def _push_config(threads=None, slot_bytes=None, slots=None, small_copy_bytes=None):
     """Override settings in the running thread or asyncio task until :func:`_pop_config`
-    is given the token this returns."""
+    is given the key this returns."""
     kw = _check_config(threads, slot_bytes, slots, small_copy_bytes)
-    merged = dict(_block_settings.get() or ())
-    merged.update(kw)
-    return _block_settings.set(merged)
+    key = object()
+    local = _block_settings.get()
+    _block_settings.set(_blocks_value(((<tuple>local)[0] if local is not None else ()) +
+                                      ((key, kw),)))
+    return key
 
 
-def _pop_config(token):
-    """End the override that :func:`_push_config` returned ``token`` for.
+def _pop_config(key):
+    """End the override that :func:`_push_config` returned ``key`` for, wherever it is
+    among the open ones (blocks of generators may end out of order).
 
     Raises
     ------
     InvalidStateError
-        ``token`` was used already, or belongs to another thread or task (a
-        copy_config block left somewhere else than where it was entered, as a
-        generator resumed in another thread may do: the block's settings then
-        stay where it was entered).
+        No override of this thread or task has that key: it ended already, or began
+        in another thread or task (a generator resumed elsewhere; its settings then
+        stay where it began).
     """
-    try:
-        _block_settings.reset(token)
-    except (ValueError, RuntimeError) as exc:
-        raise_error(Error.InvalidState, f"a copy_config block ended in another thread or "
-                                        f"task than it began in, or ended twice ({exc})")
+    cdef object local = _block_settings.get()
+    cdef tuple blocks = (<tuple>local)[0] if local is not None else ()
+    cdef tuple kept = tuple([b for b in blocks if b[0] is not key])
+    if len(kept) == len(blocks):
+        raise_error(Error.InvalidState, "a copy_config block ended that is not open in this "
+                                        "thread or task (it ended already, or began in "
+                                        "another one)")
+    _block_settings.set(_blocks_value(kept))
 
 
 # ------------------------------------------------------------------ copy streams (one per device)

@@ -138,6 +138,42 @@ def test_outs_laid_end_to_end_in_one_allocation_go_up_in_one_dma(fake):
     assert all((back[i] == i).all() for i in range(64))
 
 
+def test_a_batched_clone_down_reads_separate_allocations_separately(fake, cp, monkeypatch):
+    # two separate device allocations 212 bytes apart (as successive allocations may lie):
+    # one DMA across both would read memory that belongs to neither
+    import ctypes
+    arena = ctypes.create_string_buffer(1 << 20)
+    cursor = [-(-ctypes.addressof(arena) // 4096) * 4096]
+
+    def adjacent(size):
+        rounded = (size + 511) // 512 * 512
+        ptr, cursor[0] = cursor[0], cursor[0] + rounded
+        fake.dev.blocks[ptr] = (arena, rounded)
+        return cp.cuda.memory.MemoryPointer(ptr, rounded, 0)
+
+    monkeypatch.setattr(cp.cuda.memory, "alloc", adjacent)
+    a = etptr.full([300], 1, ST.Byte, device="cuda")
+    b = etptr.full([300], 2, ST.Byte, device="cuda")
+    assert b.data_ptr - a.data_ptr == 512
+    for pinned in (True, False):
+        fake.calls.clear()
+        down = etptr.clone_tensor_ptrs_to([a, b], "cpu", pinned=pinned)
+        assert [d.numpy().tolist() for d in down] == [[1] * 300, [2] * 300]
+        assert sorted(c[2] for c in fake.calls if c[0] == "memcpyAsync") == [300, 300]
+
+
+def test_batched_d2h_copy_of_small_pieces_keeps_the_host_bytes_between_its_outs():
+    # small pieces come down through the scratch area (gathered by a kernel on a GPU), packed
+    # at 16-byte steps: outs laid out the same way in one page-locked block must still get
+    # their own bytes only
+    devs = [etptr.full([4], i + 1, ST.Byte, device="cuda") for i in range(8)]
+    host = etptr.full([8 * 16], 0x77, ST.Byte, pinned=True)
+    etptr.d2h_copy(devs, _views(host, [16 * i for i in range(8)], 4, "cpu"))
+    back = host.numpy().reshape(8, 16)
+    for i in range(8):
+        assert (back[i, :4] == i + 1).all() and (back[i, 4:] == 0x77).all()
+
+
 def test_h2d_copy_into_all_but_one_of_a_batched_clone_leaves_that_one_alone():
     arrays = [np.full(256, float(i), np.float32) for i in range(10)]
     up = etptr.clone_tensor_ptrs_to([etptr.make_tensor_ptr(a) for a in arrays], "cuda")
