@@ -32,7 +32,6 @@ from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 import contextvars
 import os
-import threading
 import warnings
 
 from etptr._core._args cimport c_count_arg, c_int_arg
