@@ -28,6 +28,18 @@ def _host(t):
     return etptr.clone_tensor_ptr_to(t, "cpu").numpy()
 
 
+def _fails_part_way(fake, after, copy, *args):
+    """``copy(*args)`` under SMALL with the stand-in's memcpy failing after ``after`` calls:
+    it must raise the injected error."""
+    fake.fail_memcpy_after = after
+    try:
+        with copy_config(**SMALL):
+            with pytest.raises(etptr.EtError, match="injected"):
+                copy(*args)
+    finally:
+        fake.fail_memcpy_after = None
+
+
 @pytest.fixture
 def hook():
     yield
@@ -300,13 +312,7 @@ def test_failure_in_the_scattered_pipeline_keeps_nothing(fake, pool, device_used
     outs = [etptr.zeros([a.size], ST.Int, device="cuda") for a in arrays]
     srcs = [etptr.make_tensor_ptr(a) for a in arrays]
     before = pool.stats()["blocks_in_use"]
-    fake.fail_memcpy_after = 4
-    try:
-        with copy_config(**SMALL):
-            with pytest.raises(etptr.EtError, match="injected"):
-                etptr.h2d_copy(srcs, outs)
-    finally:
-        fake.fail_memcpy_after = None
+    _fails_part_way(fake, 4, etptr.h2d_copy, srcs, outs)
     gc.collect()
     assert pool.stats()["blocks_in_use"] == before
     for a, o in zip(arrays, outs):
@@ -317,13 +323,7 @@ def test_failure_in_the_scattered_pipeline_keeps_nothing(fake, pool, device_used
         np.testing.assert_array_equal(_host(o), a)
     del got                                          # (a page-locked clone)
     back = [etptr.zeros([a.size], ST.Int) for a in arrays]
-    fake.fail_memcpy_after = 3                       # and the same for a download
-    try:
-        with copy_config(**SMALL):
-            with pytest.raises(etptr.EtError, match="injected"):
-                etptr.d2h_copy(outs, back)
-    finally:
-        fake.fail_memcpy_after = None
+    _fails_part_way(fake, 3, etptr.d2h_copy, outs, back)      # and the same for a download
     gc.collect()
     assert pool.stats()["blocks_in_use"] == before
     for a, b in zip(arrays, back):
@@ -410,11 +410,7 @@ def test_failure_part_way_frees_everything(fake, pool, device_used):
     arrays = _arrays([100_000] * 8, seed=4)
     srcs = [etptr.make_tensor_ptr(a) for a in arrays]
     before = device_used()
-    fake.fail_memcpy_after = 3
-    with copy_config(**SMALL):
-        with pytest.raises(etptr.EtError, match="injected"):
-            etptr.clone_tensor_ptrs_to(srcs, "cuda")
-    fake.fail_memcpy_after = None
+    _fails_part_way(fake, 3, etptr.clone_tensor_ptrs_to, srcs, "cuda")
     gc.collect()
     assert device_used() == before
     assert pool.stats()["blocks_in_use"] == 0
