@@ -1,7 +1,10 @@
 """Helpers shared by the measurement scripts in bench/ (run as ``python bench/<script>.py``):
 a log that is printed as it goes and kept for an output file, median wall times, a
-checkpoint file's upload alone, and a checkpoint's tensors read into host memory."""
+checkpoint file's upload alone, checkpoint files of model layouts in a scratch directory,
+and a checkpoint's tensors read into host memory."""
+import shutil
 import statistics
+import tempfile
 import time
 
 LINES = []
@@ -75,6 +78,23 @@ def file_uploader(plan, buf):
 def turns_row(times, nbytes, line):
     """``in_turns``' {mode: seconds} as one row: us per call (x line) for each mode."""
     return " | ".join(f"{t * 1e6:7.0f} ({nbytes / t / 1e9 / line:.3f})" for t in times.values())
+
+
+def layout_files(root, names, seed=1):
+    """(name, path) of a checkpoint of each layout in ``names``
+    (:func:`etptr.bench._layouts.write_layout`), written in turn in a scratch directory
+    under ``root``; each file is removed after its turn, the directory at the end."""
+    from etptr.bench._layouts import write_layout
+    tmp = tempfile.mkdtemp(dir=root)
+    try:
+        for name in names:
+            path = write_layout(name, tmp, seed=seed)
+            try:
+                yield name, path
+            finally:
+                path.unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def host_tensors(path):

@@ -11,15 +11,13 @@ checkpoint and of a Qwen2.5-0.5B-shaped one (0.99 GB) from DIR, and a batched cl
 of the 0.5B's tensors from memory. Then the MiniLM cases with other ramp-ups (the first
 chunk's size and growth, ``_copy_engine._set_ramp_up``), the same way.
 """
-import shutil
 import sys
-import tempfile
 
 import numpy as np
-from _timing import host_tensors, in_turns, pinned_line_gbps, say, turns_row, write_log
+from _timing import (host_tensors, in_turns, layout_files, pinned_line_gbps, say, turns_row,
+                     write_log)
 
 import etptr
-from etptr.bench._layouts import write_layout
 from etptr.cuda import _copy_engine
 
 MiB = 1 << 20
@@ -62,23 +60,16 @@ def main(argv):
     say(f"ramp-down default: {_copy_engine._get_ramp_down()} bytes; ramp-up "
         f"{_copy_engine._get_ramp_up()}")
     say("case: us per call (x line) for ramp-down " + " | ".join(MODES))
-    tmp = tempfile.mkdtemp(dir=root)
-    try:
-        for name, only in (("all-minilm-l6-v2", None), ("qwen2.5-0.5b", ("clone_tensor_ptrs_to",
-                                                                          "load_safetensors"))):
-            path = write_layout(name, tmp, seed=1)
-            nbytes, table = cases(path)
-            for case, fn in table.items():
-                if only and case not in only:
-                    continue
-                t = in_turns(fn, _copy_engine._set_ramp_down, MODES,
-                             _copy_engine._get_ramp_down())
-                say(f"  {name} {case} ({nbytes / 1e6:.1f} MB): " + turns_row(t, nbytes, line))
-            if only is None:
-                ramp_ups(table, nbytes, line)
-            path.unlink()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    only = {"qwen2.5-0.5b": ("clone_tensor_ptrs_to", "load_safetensors")}
+    for name, path in layout_files(root, ("all-minilm-l6-v2", "qwen2.5-0.5b")):
+        nbytes, table = cases(path)
+        for case, fn in table.items():
+            if name in only and case not in only[name]:
+                continue
+            t = in_turns(fn, _copy_engine._set_ramp_down, MODES, _copy_engine._get_ramp_down())
+            say(f"  {name} {case} ({nbytes / 1e6:.1f} MB): " + turns_row(t, nbytes, line))
+        if name not in only:
+            ramp_ups(table, nbytes, line)
     if len(argv) > 2:
         write_log(argv[2])
 

@@ -12,16 +12,14 @@ all-MiniLM-L6-v2-shaped set of host tensors (104 fp32, 91 MB), one 91 MB and one
 256 MiB h2d_copy, load_safetensors of the MiniLM checkpoint from DIR, and a batched
 clone of a Qwen2.5-0.5B-shaped set (290 bf16, 0.99 GB).
 """
-import shutil
 import sys
-import tempfile
 
 import numpy as np
-from _timing import host_tensors, in_turns, pinned_line_gbps, say, turns_row, write_log
+from _timing import (host_tensors, in_turns, layout_files, pinned_line_gbps, say, turns_row,
+                     write_log)
 
 import etptr
 import etptr.cuda
-from etptr.bench._layouts import write_layout
 from etptr.cuda import _copy_engine
 
 MiB = 1 << 20
@@ -65,29 +63,22 @@ def main(argv):
     say(f"line (pinned 256 MiB): {line:.1f} GB/s; config {etptr.cuda.get_copy_config()}; "
         f"streaming stores up to {default_max >> 20} MiB ('nt': for every upload)")
 
-    tokens = []
+    keys = []
 
     def knob(v):
         if v is None:
-            _copy_engine._pop_config(tokens.pop())
+            _copy_engine._pop_config(keys.pop())
             _copy_engine._set_streaming_max(default_max)
             return
-        tokens.append(_copy_engine._push_config(slot_bytes=v[0], slots=v[1]))
+        keys.append(_copy_engine._push_config(slot_bytes=v[0], slots=v[1]))
         _copy_engine._set_streaming_max(default_max if v[2] is None else v[2])
 
     # in_turns sets each mode, then the default: here None pops the mode's settings
-    modes = {m: v for m, v in RINGS.items()}
-    say("case: us per call (x line) for " + " | ".join(modes))
-    tmp = tempfile.mkdtemp(dir=root)
-    try:
-        for name, small in (("all-minilm-l6-v2", True), ("qwen2.5-0.5b", False)):
-            path = write_layout(name, tmp, seed=1)
-            for case, (nbytes, fn) in cases(path, small).items():
-                t = in_turns(fn, knob, modes, None)
-                say(f"  {name} {case} ({nbytes / 1e6:.1f} MB): " + turns_row(t, nbytes, line))
-            path.unlink()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    say("case: us per call (x line) for " + " | ".join(RINGS))
+    for name, path in layout_files(root, ("all-minilm-l6-v2", "qwen2.5-0.5b")):
+        for case, (nbytes, fn) in cases(path, name == "all-minilm-l6-v2").items():
+            t = in_turns(fn, knob, RINGS, None)
+            say(f"  {name} {case} ({nbytes / 1e6:.1f} MB): " + turns_row(t, nbytes, line))
     if len(argv) > 2:
         write_log(argv[2])
 
