@@ -28,6 +28,18 @@ def _host(t):
     return etptr.clone_tensor_ptr_to(t, "cpu").numpy()
 
 
+def _traced_begins(settings, copy, *args):
+    """``copy(*args)`` under ``settings`` with the engine's trace on: the byte counts of
+    the pipelined copies it began."""
+    try:
+        _copy_engine._set_trace(True)
+        with copy_config(**settings):
+            copy(*args)
+    finally:
+        _copy_engine._set_trace(False)
+    return [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
+
+
 def _fails_part_way(fake, after, copy, *args):
     """``copy(*args)`` under SMALL with the stand-in's memcpy failing after ``after`` calls:
     it must raise the injected error."""
@@ -216,13 +228,7 @@ def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, settings,
     arrays.append(arrays[1])
     outs.append(etptr.empty([arrays[1].size], ST.Int, device="cuda"))
     fake.calls.clear()
-    try:
-        _copy_engine._set_trace(True)
-        with copy_config(**settings):
-            etptr.h2d_copy(srcs, outs)
-    finally:
-        _copy_engine._set_trace(False)
-    begins = [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
+    begins = _traced_begins(settings, etptr.h2d_copy, srcs, outs)
     ups = _ups(fake)
     for a, o in zip(arrays, outs):
         np.testing.assert_array_equal(_host(o), a)
@@ -263,13 +269,7 @@ def test_large_pieces_from_scattered_tensors_come_down_in_one_pipeline(fake, set
     outs.append(pinned)
     arrays.append(arrays[1])
     fake.calls.clear()
-    try:
-        _copy_engine._set_trace(True)
-        with copy_config(**settings):
-            etptr.d2h_copy(devs, outs)
-    finally:
-        _copy_engine._set_trace(False)
-    begins = [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
+    begins = _traced_begins(settings, etptr.d2h_copy, devs, outs)
     downs = [c for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 2]
     for a, o in zip(arrays, outs):
         np.testing.assert_array_equal(o.numpy(), a)
