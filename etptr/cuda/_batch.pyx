@@ -147,12 +147,13 @@ cdef bint _one_range(const uintptr_t* dev, const int64_t* n, int64_t count,
     return end - dev[0] <= total + <uint64_t>(near * count)
 
 
-cdef bint _one_allocation(const uintptr_t* dev, int64_t count) except -1:
-    """Whether the first and the last piece lie in one device allocation (so, in order,
-    every piece and gap between them does): a DMA may then span them. Pieces in separate
-    allocations, or where the driver cannot say, are not moved as one range."""
-    cdef uintptr_t start = c_range_start(dev[0])
-    return start != 0 and start == c_range_start(dev[count - 1])
+cdef bint _one_allocation(const uintptr_t* at, int64_t count) except -1:
+    """Whether the first and the last piece, in order, lie in one allocation CUDA knows
+    (device or page-locked memory), so every piece and gap between them does: a DMA may
+    then span them. Pieces in separate allocations, or where the driver cannot say, are
+    not moved as one range."""
+    cdef uintptr_t start = c_range_start(at[0])
+    return start != 0 and start == c_range_start(at[count - 1])
 
 
 cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) noexcept:
@@ -189,9 +190,7 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
             # other batches' addresses come from tensors whose views were bounds-checked
             c_check_device_range(base, span, "dst")
         if not h2d and (padded or total == span) and c_is_page_locked(host[0]) and \
-                _same_layout(dev, host, count) and \
-                c_range_start(host[0]) != 0 and \
-                c_range_start(host[0]) == c_range_start(host[count - 1]):
+                _same_layout(dev, host, count) and _one_allocation(host, count):
             # the host side is one page-locked range with the same layout: one DMA
             c_transfer(base, host[0], span, d, s, sync, cfg, False)
             return 0
