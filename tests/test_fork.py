@@ -67,7 +67,7 @@ def test_streaming_file_reads_in_child_forked_while_the_parent_reads():
     def reader():
         dst = np.zeros(21 << 20, np.uint8)
         while not stop.is_set():
-            _host_copy.parallel_read(fd, segs(dst), 4, 8, True)
+            _host_copy.parallel_read(fd, segs(dst), 4, 8, True, 256 << 10)
             if not np.array_equal(got(dst), want):
                 errors.append("parent read wrong bytes")
 
@@ -77,7 +77,7 @@ def test_streaming_file_reads_in_child_forked_while_the_parent_reads():
     def child():
         dst = np.zeros(21 << 20, np.uint8)
         for _ in range(3):
-            _host_copy.parallel_read(fd, segs(dst), 4, 8, True)
+            _host_copy.parallel_read(fd, segs(dst), 4, 8, True, 256 << 10)
             assert np.array_equal(got(dst), want)
         print("CHILD OK")
         return 0

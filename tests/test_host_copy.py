@@ -19,16 +19,16 @@ def _bytes(n, seed):
 @pytest.mark.parametrize("nbytes", [0, 1, 63, 4095, 128 * 1024, 128 * 1024 + 1, MiB - 7,
                                     3 * MiB + 5, 16 * MiB])
 @pytest.mark.parametrize("threads", [1, 3, 8, 64])
-@pytest.mark.parametrize("stream", [False, True], ids=["memcpy", "streaming"])
+@pytest.mark.parametrize("nontemporal", [False, True], ids=["memcpy", "nontemporal"])
 @pytest.mark.parametrize("shift", [0, 3])
 @pytest.mark.parametrize("pieces", [1, 8, 64])
-def test_parallel_copy_is_exact(nbytes, threads, stream, shift, pieces):
+def test_parallel_copy_is_exact(nbytes, threads, nontemporal, shift, pieces):
     # ``shift``: source and destination off any 16-byte boundary; ``pieces`` per thread
     a = _bytes(nbytes + 8, nbytes + threads)
     out = np.zeros(nbytes + 16, np.uint8)
     out[-1] = 0xA5
     dst = out.ctypes.data + shift
-    _host_copy.parallel_copy(dst, a.ctypes.data + shift, nbytes, threads, stream, pieces)
+    _host_copy.parallel_copy(dst, a.ctypes.data + shift, nbytes, threads, nontemporal, pieces)
     assert np.array_equal(out[shift:shift + nbytes], a[shift:shift + nbytes])
     assert not out[:shift].any() and not out[shift + nbytes:-1].any()   # nothing else written
     assert out[-1] == 0xA5
@@ -90,9 +90,9 @@ def test_worker_count_is_bounded():
 
 
 @pytest.mark.parametrize("threads", [1, 4, 16])
-@pytest.mark.parametrize("stream", [False, True], ids=["memcpy", "streaming"])
+@pytest.mark.parametrize("nontemporal", [False, True], ids=["memcpy", "nontemporal"])
 @pytest.mark.parametrize("pieces", [1, 8])
-def test_copy_lists_gather_and_scatter_exactly(threads, stream, pieces):
+def test_copy_lists_gather_and_scatter_exactly(threads, nontemporal, pieces):
     # many segments of mixed sizes, as the engine packs small tensors into one slot
     rng = np.random.default_rng(threads)
     sizes = [int(n) for n in rng.integers(0, 300_000, 200)] + [0, 1, 3 * MiB]
@@ -100,7 +100,7 @@ def test_copy_lists_gather_and_scatter_exactly(threads, stream, pieces):
     packed = np.zeros(sum(sizes) + 64, np.uint8)
     offs = np.concatenate([[0], np.cumsum(sizes)])[:-1]
     gather = [(packed.ctypes.data + int(o), s.ctypes.data, n) for o, s, n in zip(offs, srcs, sizes)]
-    _host_copy.parallel_copy_list(gather, threads, stream, pieces)
+    _host_copy.parallel_copy_list(gather, threads, nontemporal, pieces)
     assert np.array_equal(packed[:sum(sizes)], np.concatenate(srcs))
     assert not packed[sum(sizes):].any()
     outs = [np.zeros(n, np.uint8) for n in sizes]
@@ -111,20 +111,18 @@ def test_copy_lists_gather_and_scatter_exactly(threads, stream, pieces):
 
 
 @pytest.fixture(params=[(False, 0), (True, 0), (True, 4096), (True, 100_000), (True, MiB // 2)],
-                ids=lambda p: f"stream{int(p[0])}-bounce{p[1]}")
-def read_stream(request):
-    """``stream`` for parallel_read: file reads straight into the destination, or
-    (streaming, with a bounce buffer) through a per-thread buffer of that size."""
-    stream, bounce = request.param
-    default = _host_copy._get_read_bounce()
-    _host_copy._set_read_bounce(bounce)
-    yield stream
-    _host_copy._set_read_bounce(default)
+                ids=lambda p: f"nt{int(p[0])}-bounce{p[1]}")
+def read_mode(request):
+    """``nontemporal`` and ``read_bounce`` for parallel_read: file reads straight into
+    the destination, or (non-temporal, with a bounce buffer) through a per-thread
+    buffer of that size."""
+    nontemporal, bounce = request.param
+    return {"nontemporal": nontemporal, "read_bounce": bounce}
 
 
 @pytest.mark.parametrize("threads", [1, 4, 16])
 @pytest.mark.parametrize("per_thread", [1, 8])
-def test_file_reads_land_exactly(tmp_path, threads, per_thread, read_stream):
+def test_file_reads_land_exactly(tmp_path, threads, per_thread, read_mode):
     # pieces of a file read into memory, as the loader fills pinned slots
     data = _bytes(5 * MiB + 11, threads)
     path = tmp_path / "f.bin"
@@ -139,26 +137,26 @@ def test_file_reads_land_exactly(tmp_path, threads, per_thread, read_stream):
         segs.append((dst.ctypes.data + at, off, n))
         at += n
     with open(path, "rb") as f:
-        _host_copy.parallel_read(f.fileno(), segs, threads, per_thread, read_stream)
+        _host_copy.parallel_read(f.fileno(), segs, threads, per_thread, **read_mode)
     want = np.concatenate([data[o:o + n] for o, n in pieces])
     assert np.array_equal(dst[:at], want)
     assert not dst[at:].any()
 
 
-def test_file_reads_report_a_short_file_and_a_bad_descriptor(tmp_path, read_stream):
+def test_file_reads_report_a_short_file_and_a_bad_descriptor(tmp_path, read_mode):
     path = tmp_path / "f.bin"
     path.write_bytes(bytes(1000))
     dst = np.zeros(4 * MiB, np.uint8)
     with open(path, "rb") as f:
         with pytest.raises(EOFError, match="file ended"):
             _host_copy.parallel_read(f.fileno(), [(dst.ctypes.data, 0, 2 * MiB)], 4,
-                                     stream=read_stream)
+                                     **read_mode)
         with pytest.raises(EOFError):          # one piece past the end among good ones
             _host_copy.parallel_read(f.fileno(), [(dst.ctypes.data, 0, 500),
                                                   (dst.ctypes.data + 500, 999, 2)], 2,
-                                     stream=read_stream)
+                                     **read_mode)
     with pytest.raises(OSError) as info:
-        _host_copy.parallel_read(1 << 29, [(dst.ctypes.data, 0, MiB)], 4, stream=read_stream)
+        _host_copy.parallel_read(1 << 29, [(dst.ctypes.data, 0, MiB)], 4, **read_mode)
     assert info.value.errno == 9                 # EBADF
     with pytest.raises(etptr.InvalidArgumentError, match=r"segments\[0\]: a null address"):
         _host_copy.parallel_read(0, [(0, 0, 4)], 2)
@@ -194,8 +192,10 @@ def test_copy_lists_read_their_sequence_once():
 
 @pytest.mark.parametrize("nbytes", [-1, MiB // 2 + 1, 2.5])
 def test_the_read_bounce_size_is_checked(nbytes):
-    with pytest.raises((etptr.InvalidArgumentError, TypeError), match="nbytes"):
-        _host_copy._set_read_bounce(nbytes)
+    a = np.zeros(16, np.uint8)
+    with pytest.raises((etptr.InvalidArgumentError, TypeError), match="read_bounce"):
+        _host_copy.parallel_read(0, [(a.ctypes.data, 0, 16)], 2, nontemporal=True,
+                                 read_bounce=nbytes)
 
 
 @pytest.mark.parametrize("pieces", [0, 65, 2.5])

@@ -1,6 +1,7 @@
 """Devices: ExecuTorch's ``DeviceType`` and ``Device`` (``runtime/core/device.h``)."""
 import numpy as np
 
+from etptr._core._codes cimport DEVICE_CPU
 from etptr._core._error cimport raise_error
 from etptr._core._error import Error, NamedIntEnum
 
@@ -93,7 +94,7 @@ cdef class Device:
 
     def is_cpu(self):
         """True for a CPU device."""
-        return self.c_type == 0
+        return self.c_type == DEVICE_CPU
 
     def __eq__(self, other):
         if not isinstance(other, Device):
@@ -109,7 +110,7 @@ cdef class Device:
         return hash((self.c_type, self.c_index))
 
     def __str__(self):
-        if self.c_type == 0:
+        if self.c_type == DEVICE_CPU:
             return "cpu"
         return f"cuda:{self.c_index}"
 

@@ -6,6 +6,7 @@ from typing_extensions import Buffer, disjoint_base
 from etptr._core._device import Device, DeviceType
 
 DEFAULT_ALIGNMENT: Final[int]
+DEVICE_ALIGNMENT: Final[int]
 
 @disjoint_base
 class DeviceAllocator:

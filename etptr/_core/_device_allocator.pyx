@@ -17,6 +17,8 @@ import inspect
 import threading
 import weakref
 
+from etptr._core._codes cimport (
+    DEFAULT_ALIGNMENT_BYTES, DEVICE_ALIGNMENT_BYTES, DEVICE_CPU, DEVICE_CUDA)
 from etptr._core._args cimport c_int_arg, c_result_int, c_type_name
 from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
@@ -24,7 +26,9 @@ from etptr._core._error cimport raise_error
 from etptr._core._device import DeviceType
 from etptr._core._error import Error
 
-DEFAULT_ALIGNMENT = 8  # bytes, ExecuTorch's kDefaultAlignment
+DEFAULT_ALIGNMENT = DEFAULT_ALIGNMENT_BYTES  # bytes, ExecuTorch's kDefaultAlignment
+#: Bytes where etptr starts the device tensors it lays out (cudaMalloc's guarantee).
+DEVICE_ALIGNMENT = DEVICE_ALIGNMENT_BYTES
 
 _DEVICE_TYPES = tuple(DeviceType)
 
@@ -273,7 +277,7 @@ cdef int _device_type_arg(object device_type, str argname) except -1:
 
 cdef _autoload(int device_type):
     """Let a built-in allocator register itself on first lookup (CUDA through CuPy)."""
-    if device_type == 1:
+    if device_type == DEVICE_CUDA:
         try:
             from etptr.cuda import _autoregister
         except ImportError:
@@ -338,7 +342,7 @@ cdef DeviceAllocator c_allocator_for(int device_type, int index, str argname):
 
 
 cdef str _device_str(int device_type, int index):
-    return "cpu" if device_type == 0 else f"cuda:{index}"
+    return "cpu" if device_type == DEVICE_CPU else f"cuda:{index}"
 
 
 def _forget_autoload(device_type):

@@ -14,6 +14,8 @@ cimport cython
 from libc.stdint cimport int64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 
+from etptr._core._codes cimport (
+    DEFAULT_ALIGNMENT_BYTES, DEVICE_ALIGNMENT_BYTES, DEVICE_CPU, align_up)
 from etptr._core._device cimport Device, c_device, c_make_device
 from etptr._core._device_allocator cimport DeviceAllocator, c_allocator_for
 from etptr._core._error cimport raise_error
@@ -62,19 +64,20 @@ cdef TensorPtr c_clone_to(TensorPtr src, Device dst, object stream, bint pinned)
     cdef Storage s
     cdef TensorPtr out
     cdef int index
-    if (src_dev.c_type == 0) == (dst.c_type == 0):
+    if (src_dev.c_type == DEVICE_CPU) == (dst.c_type == DEVICE_CPU):
         raise_error(Error.NotSupported,
                     f"clone_tensor_ptr_to copies between the host and a device; {src_dev} -> "
                     f"{dst} is not supported" + (" (use clone_tensor_ptr for CPU copies)"
-                                                 if dst.c_type == 0 else ""))
+                                                 if dst.c_type == DEVICE_CPU else ""))
     if data == 0 and nbytes > 0:
         raise_error(Error.InvalidArgument,
                     "tensor has null data: there is nothing to copy (made with data=None)")
     c_check_alive(src.c_storage, "clone_tensor_ptr_to")
-    if dst.c_type != 0:
+    if dst.c_type != DEVICE_CPU:
         alloc = c_allocator_for(dst.c_type, dst.c_index, "device")
         index = alloc.c_resolve_index(dst.c_index)
-        s = c_device_storage(alloc, nbytes, index, 8, stream if nbytes else None)
+        s = c_device_storage(alloc, nbytes, index, DEFAULT_ALIGNMENT_BYTES,
+                               stream if nbytes else None)
         out = c_new_tensor(meta, type, dynamism, c_make_device(dst.c_type, index), s,
                            s.c_ptr, False)
         if nbytes:
@@ -148,7 +151,7 @@ def clone_tensor_ptr_to_device(tensor, device="cuda", device_index=None):
     cdef Device d = c_device(device, "device")
     if device_index is not None:
         d = Device(d.type, device_index)
-    if d.c_type == 0:
+    if d.c_type == DEVICE_CPU:
         raise_error(Error.NotSupported,
                     f"device={d}: clone_tensor_ptr_to_device copies to a device, not the CPU")
     return c_clone_to(src, d, None, True)
@@ -162,7 +165,6 @@ def clone_tensor_ptr_to_cpu(tensor):
 
 # ------------------------------------------------------------------ batches
 
-cdef int64_t _ALIGN = 256        # results of a batched clone start at 256-byte multiples
 
 
 @cython.final
@@ -234,16 +236,16 @@ cdef int _check_pair(TensorPtr src, TensorPtr out, Py_ssize_t i, bint batch, bin
     """ExecuTorch's _h2d_copy / _d2h_copy checks, and etptr's stricter layout ones. Per
     pair of a batch this is a few comparisons: an argument's name (``_arg``) is made
     only for the error that names it."""
-    if h2d and src.c_device.c_type != 0:
+    if h2d and src.c_device.c_type != DEVICE_CPU:
         raise_error(Error.InvalidArgument, f"{_arg(False, i, batch)}.device={src.c_device}: "
                                            f"h2d_copy copies from the CPU")
-    if h2d and out.c_device.c_type == 0:
+    if h2d and out.c_device.c_type == DEVICE_CPU:
         raise_error(Error.InvalidArgument, f"{_arg(True, i, batch)}.device=cpu: h2d_copy "
                                            f"copies to a device tensor")
-    if not h2d and src.c_device.c_type == 0:
+    if not h2d and src.c_device.c_type == DEVICE_CPU:
         raise_error(Error.InvalidArgument, f"{_arg(False, i, batch)}.device=cpu: d2h_copy "
                                            f"copies from a device tensor")
-    if not h2d and out.c_device.c_type != 0:
+    if not h2d and out.c_device.c_type != DEVICE_CPU:
         raise_error(Error.InvalidArgument, f"{_arg(True, i, batch)}.device={out.c_device}: "
                                            f"d2h_copy copies to the CPU")
     if not _same_sizes(src, out):
@@ -443,7 +445,7 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
     cdef DeviceAllocator alloc
     cdef int index
     cdef Storage s
-    cdef bint h2d = dst.c_type != 0
+    cdef bint h2d = dst.c_type != DEVICE_CPU
     cdef Device where = dst if h2d else c_cpu()
     if count == 0:
         return []
@@ -455,7 +457,7 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
     try:
         for i in range(count):       # checks and snapshots before any user code runs
             t = <TensorPtr>items[i]
-            if (t.c_device.c_type == 0) != h2d:
+            if (t.c_device.c_type == DEVICE_CPU) != h2d:
                 raise_error(Error.NotSupported,
                             f"tensors[{i}].device={t.c_device}: clone_tensor_ptrs_to copies "
                             f"between the host and a device, not {t.c_device} -> {dst}")
@@ -475,12 +477,13 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
                 p.src[k] = <uintptr_t>t.c_data
                 p.n[k] = nbytes
                 k += 1
-            total += (nbytes + _ALIGN - 1) & ~(_ALIGN - 1)
+            total += align_up(nbytes, DEVICE_ALIGNMENT_BYTES)
         p.count = k
         if h2d:
             alloc = c_allocator_for(dst.c_type, dst.c_index, "device")
             index = alloc.c_resolve_index(dst.c_index)
-            s = c_device_storage(alloc, total, index, _ALIGN, stream if total else None)
+            s = c_device_storage(alloc, total, index, DEVICE_ALIGNMENT_BYTES,
+                                   stream if total else None)
             if index != dst.c_index:
                 where = c_make_device(dst.c_type, index)
                 for i in range(count):

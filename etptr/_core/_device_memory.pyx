@@ -12,6 +12,7 @@ allocator, ``HostDeviceAllocator`` included.
 cimport cython
 from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
 
+from etptr._core._codes cimport DEVICE_CPU, TYPE_FLOAT
 from etptr._core._args cimport c_count_arg, c_int_arg
 from etptr._core._device cimport Device, c_device, c_make_device
 from etptr._core._device_allocator cimport DeviceAllocator, c_allocator_for
@@ -35,7 +36,7 @@ cdef DeviceMemoryBuffer c_buffer_create(int64_t nbytes, Device device, int64_t a
     cdef int index
     if alignment <= 0 or (alignment & (alignment - 1)) != 0:
         raise_error(Error.InvalidArgument, f"alignment={alignment}: must be a power of two")
-    if device.c_type == 0:
+    if device.c_type == DEVICE_CPU:
         raise_error(Error.NotFound,
                     "device=cpu: no DeviceAllocator is registered for DeviceType.CPU (a "
                     "DeviceMemoryBuffer holds device memory; host memory needs none)")
@@ -135,7 +136,7 @@ cdef class DeviceMemoryBuffer:
             The buffer is closed.
         """
         return self._view(c_count_arg(offset, "offset"), c_metadata(sizes, dim_order, strides),
-                          c_type_arg(type, 6), c_dynamism_arg(dynamism))
+                          c_type_arg(type, TYPE_FLOAT), c_dynamism_arg(dynamism))
 
     def _views(self, offsets, shapes, types):
         """``[tensor(o, s, t) for o, s, t in zip(offsets, shapes, types)]``, row-major and
@@ -152,7 +153,7 @@ cdef class DeviceMemoryBuffer:
             except TypeError:               # unhashable: refused by c_type_arg below
                 code = None
             if code is None:
-                code = c_type_arg(t, 6)
+                code = c_type_arg(t, TYPE_FLOAT)
                 codes[key] = code
             out.append(self._view(c_count_arg(off, "offset"), c_metadata(sizes, None, None),
                                   code, 1))

@@ -66,7 +66,7 @@ cdef void _capsule_destructor_versioned(object capsule) noexcept:
 
 
 cdef tuple _dlpack_device(TensorPtr t):
-    if t.c_device.c_type == 0:
+    if t.c_device.c_type == DEVICE_CPU:
         return (kDLCPU, 0)
     return (kDLCUDA, t.c_device.c_index)
 
@@ -78,8 +78,8 @@ cdef int _fill_dltensor(DLTensor* dl, _DLContext* ctx, TensorPtr t, uintptr_t ad
         ctx.shape[i] = t.c_sizes[i]
         ctx.strides[i] = t.c_strides[i]
     dl.data = <void*>address
-    dl.device.device_type = kDLCPU if t.c_device.c_type == 0 else kDLCUDA
-    dl.device.device_id = 0 if t.c_device.c_type == 0 else t.c_device.c_index
+    dl.device.device_type = kDLCPU if t.c_device.c_type == DEVICE_CPU else kDLCUDA
+    dl.device.device_id = 0 if t.c_device.c_type == DEVICE_CPU else t.c_device.c_index
     dl.ndim = t.c_dim
     dl.dtype.code = code
     dl.dtype.bits = <uint8_t>(8 * c_element_size(t.c_type)) if code != kDLBool else 8
@@ -114,7 +114,7 @@ cdef object _to_dlpack(TensorPtr t, object stream, object max_version, object dl
     if dl_device is not None and _dl_device_arg(dl_device) != _dlpack_device(t):
         raise BufferError(f"dl_device={tuple(dl_device)!r}: the tensor is on {t.c_device} "
                           f"{_dlpack_device(t)}; copy it with clone_tensor_ptr_to first")
-    if t.c_device.c_type == 1 and stream is not None and not isinstance(stream, bool):
+    if t.c_device.c_type == DEVICE_CUDA and stream is not None and not isinstance(stream, bool):
         try:
             if PyNumber_Index(stream) == 0:
                 raise BufferError("stream=0 is ambiguous for CUDA and refused by the DLPack "
@@ -129,7 +129,7 @@ cdef object _to_dlpack(TensorPtr t, object stream, object max_version, object dl
             raise BufferError(f"max_version={max_version!r} is not a (major, minor) tuple")
     c_check_alive(t.c_storage, "__dlpack__")
     if copy:
-        if t.c_device.c_type != 0:
+        if t.c_device.c_type != DEVICE_CPU:
             raise BufferError("copy=True is supported for CPU tensors only; "
                               "use clone_tensor_ptr_to for device copies")
         from etptr._core._make_tensor_ptr import clone_tensor_ptr

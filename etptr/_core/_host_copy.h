@@ -52,7 +52,7 @@ static inline long long etptr_now_ns(void) {
    them next does not have to pull them out of the CPU's caches. */
 #if defined(__x86_64__)
 #include <emmintrin.h>
-static void etptr_copy_stream(char* dst, const char* src, size_t n) {
+static void etptr_copy_nontemporal(char* dst, const char* src, size_t n) {
     size_t head = (16 - ((size_t)dst & 15)) & 15;
     size_t blocks;
     if (head > n) head = n;
@@ -73,14 +73,14 @@ static void etptr_copy_stream(char* dst, const char* src, size_t n) {
     _mm_sfence();
 }
 #else
-static void etptr_copy_stream(char* dst, const char* src, size_t n) {
+static void etptr_copy_nontemporal(char* dst, const char* src, size_t n) {
     memcpy(dst, src, n);
 }
 #endif
 
-/* A per-thread bounce buffer of ETPTR_BOUNCE_MAX bytes (freed when its thread ends),
-   for file reads that land in it and are then copied out with streaming stores. */
-#define ETPTR_BOUNCE_MAX (512 << 10)
+/* A per-thread bounce buffer of READ_BOUNCE_MAX bytes (_host_copy.pxd; freed when its
+   thread ends), for file reads that land in it and are then copied out with
+   non-temporal stores. */
 static pthread_key_t etptr_bounce_key;
 static int etptr_bounce_key_ok = 0;
 
@@ -91,13 +91,14 @@ static void etptr_bounce_init(void) {
         etptr_bounce_key_ok = pthread_key_create(&etptr_bounce_key, free) == 0;
 }
 
-/* This thread's bounce buffer, or NULL when none can be had (read straight then). */
-static char* etptr_bounce(void) {
+/* This thread's bounce buffer of ``nbytes`` (the same in every call), or NULL when none
+   can be had (read straight then). */
+static char* etptr_bounce(size_t nbytes) {
     void* p;
     if (!etptr_bounce_key_ok) return NULL;
     p = pthread_getspecific(etptr_bounce_key);
     if (p == NULL) {
-        if (posix_memalign(&p, 4096, ETPTR_BOUNCE_MAX) != 0) return NULL;
+        if (posix_memalign(&p, 4096, nbytes) != 0) return NULL;
         if (pthread_setspecific(etptr_bounce_key, p) != 0) {
             free(p);
             return NULL;

@@ -13,15 +13,19 @@ cdef struct Segment:
 
 # Pieces per thread of a job whose destination is page-locked memory (a pinned slot
 # being filled): threads that finish early take the rest, so the job does not wait for
-# the slowest (bench/results/h200_probe_pieces.txt). Into memory that may fault (a
+# the slowest (the engine's tuning, fill_pieces, starts from this). Into memory that may fault (a
 # drain into tensors), one piece per thread: finer pieces there contended.
 cdef enum:
     FILL_PIECES = 8
 
+cdef enum:
+    # bytes of each copy thread's bounce buffer (file reads of non-temporal jobs)
+    READ_BOUNCE_MAX = 512 * 1024
+
 cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
-                     bint stream, int pieces) noexcept nogil
+                     bint nontemporal, int pieces) noexcept nogil
 cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
-                         bint stream, int pieces) noexcept nogil
+                         bint nontemporal, int pieces, long long read_bounce) noexcept nogil
 cdef long long c_copy_begin(int threads) noexcept nogil
 cdef void c_copy_end(long long epoch) noexcept nogil
 cdef int c_cpu_count() except -1

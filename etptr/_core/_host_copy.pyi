@@ -2,26 +2,30 @@
 from collections.abc import Sequence
 from typing import TypedDict
 
+from typing_extensions import Buffer
+
 class CopyThreads(TypedDict):
     workers: int
     failed: int
 
+def copy_buffer(dst: Buffer, src: Buffer, threads: int | None = None) -> None: ...
 def parallel_copy(
-    dst: int, src: int, nbytes: int, threads: int, stream: bool = False, pieces: int = 1
+    dst: int, src: int, nbytes: int, threads: int, nontemporal: bool = False, pieces: int = 1
 ) -> None: ...
 def parallel_copy_list(
-    segments: Sequence[tuple[int, int, int]], threads: int, stream: bool = False, pieces: int = 1
+    segments: Sequence[tuple[int, int, int]],
+    threads: int,
+    nontemporal: bool = False,
+    pieces: int = 1,
 ) -> None: ...
 def parallel_read(
     fd: int,
     segments: Sequence[tuple[int, int, int]],
     threads: int,
     pieces: int = 8,
-    stream: bool = False,
+    nontemporal: bool = False,
+    read_bounce: int = 0,
 ) -> None: ...
-def _set_spin_relax(n: int) -> None: ...
-def _set_read_bounce(nbytes: int) -> None: ...
-def _get_read_bounce() -> int: ...
 def copy_threads() -> CopyThreads: ...
 def cpu_count() -> int: ...
 def _after_fork_in_child() -> None: ...

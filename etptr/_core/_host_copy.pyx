@@ -15,11 +15,11 @@ and :func:`c_copy_end`) idle workers spin, so the next chunk starts within a
 microsecond; otherwise they spin briefly and then sleep on a condition
 variable, so nothing spins while no copy runs and the pool does not compete
 with other thread pools (OpenMP's in torch, BLAS). Destinations read by a DMA
-next are written with non-temporal stores (``stream``). A segment may read a file
+next are written with non-temporal stores (``nontemporal``). A segment may read a file
 instead of memory (``pread``, for checkpoint loads: a fresh map of the file would
-fault its pages in one by one, which halves a load's rate); in a ``stream`` job each
-read lands in a small buffer of the thread (its bounce buffer, kept until the thread
-ends) and is copied out with non-temporal stores. The first read error ends the job
+fault its pages in one by one, which halves a load's rate); in a ``nontemporal`` job
+with a ``read_bounce`` each read lands in a buffer of that many bytes of the thread (its
+bounce buffer, kept until the thread ends) and is copied out with non-temporal stores. The first read error ends the job
 and is returned. After ``fork()`` the child starts with no workers and
 makes new ones. No CUDA here.
 """
@@ -81,10 +81,9 @@ cdef extern from "_host_copy.h" nogil:
     void etptr_spin_unlock(long long* p)
     void etptr_atomic_set_if_zero(long long* p, long long v)
     long long etptr_now_ns()
-    void etptr_copy_stream(char* dst, const char* src, size_t n)
+    void etptr_copy_nontemporal(char* dst, const char* src, size_t n)
     void etptr_bounce_init()
-    char* etptr_bounce()
-    enum: ETPTR_BOUNCE_MAX
+    char* etptr_bounce(size_t nbytes)
 
 
 cdef int c_cpu_count() except -1:
@@ -109,7 +108,9 @@ cdef struct _Job:
     long long done           # atomic: pieces copied
     long long refs           # atomic: workers inside the job
     long long error          # atomic: the first failed read's errno (-1: the file ended)
-    bint stream              # non-temporal stores (the destination is read by DMA next)
+    bint nontemporal         # non-temporal stores (the destination is read by DMA next)
+    long long read_bounce    # file reads of such a job go through this many bytes of the
+                             # thread's bounce buffer (0: straight into the destination)
     _Job* link
 
 
@@ -127,11 +128,7 @@ cdef int _tp_failed = 0                   # pthread_create failures (the callers
 cdef long long _tp_epoch = 0              # bumped by _tp_init (at import and after fork)
 cdef int _tp_ncpu = c_cpu_count()
 etptr_bounce_init()
-cdef int _spin_relax = 32                 # pause instructions per turn of an idle worker's spin
-cdef long long _read_bounce = 256 << 10   # a streaming job's file reads go through a per-
-                                          # thread buffer of this many bytes (bench/results/
-                                          # h200_probe_fill.txt), copied out with streaming
-                                          # stores (0: read straight into the destination)
+cdef int _SPIN_RELAX = 32                 # pause instructions per turn of an idle worker's spin
 
 
 cdef void _tp_init() noexcept nogil:
@@ -157,9 +154,9 @@ def _after_fork_in_child():
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-cdef inline void _copy(char* dst, const char* src, long long n, bint stream) noexcept nogil:
-    if stream:
-        etptr_copy_stream(dst, src, <size_t>n)
+cdef inline void _copy(char* dst, const char* src, long long n, bint nontemporal) noexcept nogil:
+    if nontemporal:
+        etptr_copy_nontemporal(dst, src, <size_t>n)
     else:
         memcpy(dst, src, <size_t>n)
 
@@ -168,8 +165,8 @@ cdef void _read(_Job* job, const Segment* seg, long long off, long long m) noexc
     """Bytes [off, off+m) of a file segment, read into its destination."""
     cdef char* dst = seg.dst + off
     cdef long long at = <long long><uintptr_t>seg.src + off
-    cdef long long bounce = _read_bounce
-    cdef char* buf = etptr_bounce() if job.stream and bounce > 0 else NULL
+    cdef long long bounce = job.read_bounce
+    cdef char* buf = etptr_bounce(READ_BOUNCE_MAX) if job.nontemporal and bounce > 0 else NULL
     cdef ssize_t r
     while m > 0:
         if etptr_atomic_load(&job.error) != 0:
@@ -177,7 +174,7 @@ cdef void _read(_Job* job, const Segment* seg, long long off, long long m) noexc
         if buf != NULL:
             r = pread(seg.fd, buf, <size_t>(m if m < bounce else bounce), at)
             if r > 0:
-                etptr_copy_stream(dst, buf, <size_t>r)
+                etptr_copy_nontemporal(dst, buf, <size_t>r)
         else:
             r = pread(seg.fd, dst, <size_t>m, at)
         if r > 0:
@@ -195,7 +192,7 @@ cdef inline void _move(_Job* job, const Segment* seg, long long off, long long m
     if seg.fd >= 0:
         _read(job, seg, off, m)
     else:
-        _copy(seg.dst + off, seg.src + off, m, job.stream)
+        _copy(seg.dst + off, seg.src + off, m, job.nontemporal)
 
 
 cdef void _copy_range(_Job* job, long long a, long long b) noexcept nogil:
@@ -271,7 +268,7 @@ cdef void* _tp_worker(void* arg) noexcept nogil:
         # or soon when threads outnumber CPUs (spinning would slow the callers down).
         gen = etptr_atomic_load(&_tp_gen)
         while etptr_atomic_load(&_tp_gen) == gen:
-            for k in range(_spin_relax):
+            for k in range(_SPIN_RELAX):
                 etptr_cpu_relax()
             crowded = _tp_workers + etptr_atomic_load(&_tp_active) > _tp_ncpu
             idle = etptr_now_ns() - idle_since
@@ -417,9 +414,9 @@ cdef void _unlink_job(_Job* job) noexcept nogil:
 
 
 cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
-                     bint stream, int pieces) noexcept nogil:
+                     bint nontemporal, int pieces) noexcept nogil:
     """memcpy of ``n`` bytes with up to ``threads`` threads, in ``pieces`` pieces per
-    thread of at least 128 KiB; ``stream``: with non-temporal stores."""
+    thread of at least 128 KiB; ``nontemporal``: with non-temporal stores."""
     cdef Segment seg
     cdef _Job job
     seg.dst = dst
@@ -431,17 +428,20 @@ cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
     job.nsegs = 1
     job.starts = NULL
     job.total = n
-    job.stream = stream
+    job.nontemporal = nontemporal
+    job.read_bounce = 0
     job.done = 0
     job.refs = 0
     _run_job(&job, threads, pieces)
 
 
 cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
-                         bint stream, int pieces) noexcept nogil:
+                         bint nontemporal, int pieces, long long read_bounce) noexcept nogil:
     """Copy (or read, for file segments) every segment of ``segs`` with up to
     ``threads`` threads, in ``pieces`` pieces per thread; the work is split by bytes,
-    so large and small segments mix freely. Returns 0, the first failed read's errno
+    so large and small segments mix freely. ``nontemporal``: with non-temporal stores,
+    a file's reads then through ``read_bounce`` bytes (at most READ_BOUNCE_MAX; 0:
+    straight into the destination) of each thread's bounce buffer. Returns 0, the first failed read's errno
     (-1: a file ended before its segment did), or EOVERFLOW when the segments' bytes
     add up past int64; after a failed read some destinations hold only part of their
     bytes."""
@@ -457,7 +457,8 @@ cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
         starts = <long long*>malloc(nsegs * sizeof(long long))
         if starts == NULL:                # no memory for the index: one segment at a time
             for i in range(nsegs):
-                rc = c_par_copy_list(&segs[i], 1, threads, stream, pieces)
+                rc = c_par_copy_list(&segs[i], 1, threads, nontemporal, pieces,
+                                     read_bounce)
                 if rc != 0:
                     return rc
             return 0
@@ -471,7 +472,8 @@ cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
     job.nsegs = nsegs
     job.starts = starts
     job.total = at
-    job.stream = stream
+    job.nontemporal = nontemporal
+    job.read_bounce = read_bounce if read_bounce < READ_BOUNCE_MAX else READ_BOUNCE_MAX
     job.done = 0
     job.refs = 0
     job.error = 0
@@ -480,12 +482,42 @@ cdef int c_par_copy_list(const Segment* segs, long long nsegs, int threads,
     return <int>job.error
 
 
-# ------------------------------------------------------------------ for tests and measurements
+# ------------------------------------------------------------------ Python entries
 
-def parallel_copy(dst, src, nbytes, threads, stream=False, pieces=1):
+def copy_buffer(dst, src, threads=None):
+    """Copy the bytes of ``src`` into ``dst`` with the copy threads (the saver writes CPU
+    tensors into a mapped file this way).
+
+    Parameters
+    ----------
+    dst : writable C-contiguous buffer (a memoryview of a mapped file, a NumPy array)
+    src : C-contiguous buffer of the same length in bytes
+    threads : int, optional
+        Copy threads to use, 1..1024; default 16, or fewer when the process may use
+        fewer CPUs.
+
+    Raises
+    ------
+    InvalidArgumentError
+        The lengths differ, or ``threads`` is out of range.
+    """
+    cdef const unsigned char[::1] s = memoryview(src).cast("B")
+    cdef unsigned char[::1] d = memoryview(dst).cast("B")
+    cdef int t = min(16, _tp_ncpu) if threads is None else <int>c_int_arg(threads, "threads",
+                                                                           1, 1024)
+    cdef long long n = s.shape[0]
+    if d.shape[0] != n:
+        raise_error(Error.InvalidArgument,
+                    f"dst holds {d.shape[0]} bytes and src {n}: a copy needs the same length")
+    if n:
+        with nogil:
+            c_par_copy(<char*>&d[0], <const char*>&s[0], n, t, False, 1)
+
+
+def parallel_copy(dst, src, nbytes, threads, nontemporal=False, pieces=1):
     """Copy ``nbytes`` bytes between host addresses ``src`` -> ``dst`` with up to
-    ``threads`` threads (``stream``: non-temporal stores), in ``pieces`` pieces per
-    thread (1..64). For tests and measurements.
+    ``threads`` threads (``nontemporal``: non-temporal stores), in ``pieces`` pieces per
+    thread (1..64). For tests and probes (:func:`copy_buffer` takes buffers).
 
     Raises
     ------
@@ -496,7 +528,7 @@ def parallel_copy(dst, src, nbytes, threads, stream=False, pieces=1):
     cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
     cdef uintptr_t d = <uintptr_t>c_count_arg(dst, "dst")
     cdef uintptr_t s = <uintptr_t>c_count_arg(src, "src")
-    cdef bint nt = stream
+    cdef bint nt = nontemporal
     cdef int per = <int>c_int_arg(pieces, "pieces", 1, 64)
     if n and (d == 0 or s == 0):
         raise_error(Error.InvalidArgument, "dst and src must not be null")
@@ -504,14 +536,15 @@ def parallel_copy(dst, src, nbytes, threads, stream=False, pieces=1):
         c_par_copy(<char*>d, <const char*>s, n, t, nt, per)
 
 
-cdef int _run_segments(object segments, int fd, object threads, bint stream,
-                       object pieces) except? -2:
+cdef int _run_segments(object segments, int fd, object threads, bint nontemporal,
+                       object pieces, object read_bounce) except? -2:
     """Copy (``fd`` -1) or read (from ``fd``) every ``(dst, src or file offset, nbytes)``
     of ``segments`` as one job; the job's result (see :func:`c_par_copy_list`)."""
     cdef list items = list(segments)          # read once: its length is what is copied
     cdef long long n = len(items), i
     cdef int t = <int>c_int_arg(threads, "threads", 1, 1024)
     cdef int per = <int>c_int_arg(pieces, "pieces", 1, 64)
+    cdef long long bounce = c_int_arg(read_bounce, "read_bounce", 0, READ_BOUNCE_MAX)
     cdef int rc
     cdef long long total = 0
     cdef str what = "src" if fd < 0 else "file_offset"
@@ -532,26 +565,28 @@ cdef int _run_segments(object segments, int fd, object threads, bint stream,
                                                    f"add up past 2**63 - 1")
             total += segs[i].n
         with nogil:
-            rc = c_par_copy_list(segs, n, t, stream, per)
+            rc = c_par_copy_list(segs, n, t, nontemporal, per, bounce)
     finally:
         free(segs)
     return rc
 
 
-def parallel_copy_list(segments, threads, stream=False, pieces=1):
+def parallel_copy_list(segments, threads, nontemporal=False, pieces=1):
     """Copy every ``(dst, src, nbytes)`` of ``segments`` (host addresses) with up to
     ``threads`` threads, as one job in ``pieces`` pieces per thread. For tests and
-    measurements."""
-    _run_segments(segments, -1, threads, stream, pieces)
+    probes."""
+    _run_segments(segments, -1, threads, nontemporal, pieces, 0)
 
 
-def parallel_read(fd, segments, threads, pieces=FILL_PIECES, stream=False):
+def parallel_read(fd, segments, threads, pieces=FILL_PIECES, nontemporal=False,
+                  read_bounce=0):
     """Read every ``(dst, file_offset, nbytes)`` of ``segments`` from the open file
     ``fd`` into host addresses, with up to ``threads`` threads, as one job in
-    ``pieces`` pieces per thread (the loader's reads: FILL_PIECES); ``stream``:
-    through each thread's bounce buffer, copied out with non-temporal stores (by the
-    thread, as :func:`parallel_copy` copies: a destination that is not writable memory
-    faults instead of failing the read with EFAULT). For tests and measurements.
+    ``pieces`` pieces per thread (the loader's reads: FILL_PIECES); ``nontemporal``
+    with ``read_bounce`` bytes (at most READ_BOUNCE_MAX): through that much of each
+    thread's bounce buffer, copied out with non-temporal stores (by the thread, as
+    :func:`parallel_copy` copies: a destination that is not writable memory faults
+    instead of failing the read with EFAULT). For tests and probes.
 
     Raises
     ------
@@ -560,32 +595,12 @@ def parallel_read(fd, segments, threads, pieces=FILL_PIECES, stream=False):
     EOFError
         The file ended before a segment did.
     """
-    cdef int rc = _run_segments(segments, <int>c_int_arg(fd, "fd", 0, 1 << 30), threads, stream,
-                                pieces)
+    cdef int rc = _run_segments(segments, <int>c_int_arg(fd, "fd", 0, 1 << 30), threads,
+                                nontemporal, pieces, read_bounce)
     if rc == -1:
         raise EOFError("the file ended before the bytes to read did")
     if rc != 0:
         raise OSError(rc, os.strerror(rc))
-
-
-def _set_spin_relax(n):
-    """Pause instructions per turn of an idle worker's spin (0: plain loads). For
-    measurements (bench/probe_timeline.py): under a hypervisor, long runs of pause
-    may hand the CPU away."""
-    global _spin_relax
-    _spin_relax = <int>c_int_arg(n, "n", 0, 1 << 16)
-
-
-def _set_read_bounce(nbytes):
-    """A streaming job reads files through a per-thread buffer of ``nbytes`` bytes (0:
-    straight into the destination), copied out with non-temporal stores. For
-    measurements (bench/probe_fill.py)."""
-    global _read_bounce
-    _read_bounce = c_int_arg(nbytes, "nbytes", 0, ETPTR_BOUNCE_MAX)
-
-
-def _get_read_bounce():
-    return _read_bounce
 
 
 def copy_threads():

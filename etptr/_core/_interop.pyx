@@ -19,6 +19,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
+from etptr._core._codes cimport DEVICE_CPU
 from etptr._core._dlpack cimport (
     DLPACK_FLAG_BITMASK_IS_COPIED, DLPACK_FLAG_BITMASK_READ_ONLY, DLPACK_MAJOR_VERSION,
     DLPACK_MINOR_VERSION, DLManagedTensor, DLManagedTensorVersioned, DLTensor, kDLBfloat,
@@ -146,7 +147,7 @@ cdef Device _device_from_dl(object device_type, object device_id, str what):
 
 
 cdef tuple _dl_pair(Device d):
-    if d.c_type == 0:
+    if d.c_type == DEVICE_CPU:
         return (<int>kDLCPU, 0)
     return (<int>kDLCUDA, d.c_index)
 
@@ -154,7 +155,7 @@ cdef tuple _dl_pair(Device d):
 cdef Device _resolve(Device d):
     """A concrete device for ``d``: index -1 asks the device type's allocator."""
     cdef DeviceAllocator alloc
-    if d.c_type == 0 or d.c_index >= 0:
+    if d.c_type == DEVICE_CPU or d.c_index >= 0:
         return d
     alloc = c_allocator_for(d.c_type, d.c_index, "device")
     return c_make_device(d.c_type, alloc.c_resolve_index(-1))
@@ -313,13 +314,13 @@ cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy):
         except InvalidArgumentError:
             strides_ok = False
         if not strides_ok:
-            if not copy or dev.c_type != 0:
+            if not copy or dev.c_type != DEVICE_CPU:
                 raise_error(Error.InvalidArgument,
                             f"DLPack strides={strides} (elements) for shape={shape} are not "
                             f"described by any dim_order (negative, broadcast or gapped "
                             f"strides); " + (
                                 "pass copy=True to get a contiguous copy, or copy it in the "
-                                "producing library first" if dev.c_type == 0 else
+                                "producing library first" if dev.c_type == DEVICE_CPU else
                                 "make it contiguous in the producing library first (e.g. "
                                 "cupy.ascontiguousarray(x) or x.contiguous())"))
     if dl.data == NULL and numel > 0:
@@ -348,7 +349,7 @@ cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy):
                      c_storage(address, c_nbytes(numel, type), owner, None), address,
                      (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0)
     if copy and not copied:
-        if dev.c_type == 0:
+        if dev.c_type == DEVICE_CPU:
             return clone_tensor_ptr(t)
         return c_clone_to(c_clone_to(t, _CPU, None, True), dev, None, True)
     return t

@@ -16,6 +16,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
+from etptr._core._codes cimport DEVICE_CPU, DYNAMISM_STATIC, TYPE_BYTE, TYPE_FLOAT
 from etptr._core._args cimport c_type_name
 from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
@@ -197,7 +198,7 @@ cdef TensorPtr _from_values(object sizes, object data, object dim_order, object 
 cdef TensorPtr _from_bytes(object sizes, bytes data, object dim_order, object strides,
                            object type, int dynamism):
     """The std::vector<uint8_t> overload: copy raw bytes."""
-    cdef int target = c_type_arg(type, 6)
+    cdef int target = c_type_arg(type, TYPE_FLOAT)
     cdef Metadata meta = c_metadata(sizes, dim_order, strides)
     cdef int64_t need = c_nbytes(meta.numel, target)
     cdef TensorPtr t
@@ -308,7 +309,7 @@ cdef TensorPtr _alias_buffer(object sizes, object data, object dim_order, object
         raise_error(Error.InvalidArgument,
                     f"data: the buffer is not contiguous (strides {(<object>arr).strides}); with "
                     f"explicit sizes it must be one block: copy it with numpy.ascontiguousarray(data)")
-    target = _array_type(arr) if type is None else c_type_arg(type, 0)
+    target = _array_type(arr) if type is None else c_type_arg(type, TYPE_BYTE)
     meta = c_metadata(sizes, dim_order, strides)
     need = c_nbytes(meta.numel, target)
     have = cnp.PyArray_NBYTES(arr)
@@ -324,7 +325,7 @@ cdef TensorPtr _alias_buffer(object sizes, object data, object dim_order, object
 cdef TensorPtr _alias_address(object sizes, object data, object dim_order, object strides,
                               object type, int dynamism, object deleter, Device device):
     """The raw void* overload: alias an address; ``deleter(address)`` runs once at the end."""
-    cdef int target = c_type_arg(type, 6)
+    cdef int target = c_type_arg(type, TYPE_FLOAT)
     cdef Metadata meta
     cdef uintptr_t address = 0
     if data is not None:
@@ -476,9 +477,9 @@ cdef TensorPtr _short_form(object data, object dim_order, object strides, object
             raise_error(Error.InvalidArgument,
                         "make_tensor_ptr(ndarray) takes its layout from the array; pass "
                         "sizes and the array to give dim_order or strides")
-        if type is not None and c_type_arg(type, 0) != _array_type(data):
-            return _place(_from_values_array(data, c_type_arg(type, 0), dyn), dev)
-        if dev.c_type != 0:
+        if type is not None and c_type_arg(type, TYPE_BYTE) != _array_type(data):
+            return _place(_from_values_array(data, c_type_arg(type, TYPE_BYTE), dyn), dev)
+        if dev.c_type != DEVICE_CPU:
             raise_error(Error.InvalidArgument,
                         f"device={dev}: make_tensor_ptr(ndarray) aliases host memory; copy "
                         f"it with etptr.clone_tensor_ptr_to(tensor, '{dev}')")
@@ -517,7 +518,7 @@ cdef TensorPtr _from_values_array(object arr, int target, int dynamism):
 
 
 cdef TensorPtr _place(TensorPtr t, Device device):
-    if device.c_type == 0:
+    if device.c_type == DEVICE_CPU:
         return t
     from etptr._core._device_copy import clone_tensor_ptr_to
     return clone_tensor_ptr_to(t, device)
@@ -558,7 +559,7 @@ cdef TensorPtr c_clone_host(TensorPtr src, int target):
     cdef int source_type = src.c_type
     cdef TensorPtr out
     cdef int64_t nbytes
-    if src.c_device.c_type != 0:
+    if src.c_device.c_type != DEVICE_CPU:
         raise_error(Error.NotSupported,
                     f"clone_tensor_ptr copies CPU tensors; this one is on {src.c_device}: "
                     f"use etptr.clone_tensor_ptr_to(tensor, device)")
@@ -650,7 +651,7 @@ def resize_tensor_ptr(tensor, sizes):
             same = False
     if same:
         return None
-    if src.c_dynamism == 0:
+    if src.c_dynamism == DYNAMISM_STATIC:
         raise_error(Error.NotSupported,
                     f"sizes={c_tuple64(m.sizes, m.dim)}: the tensor is STATIC and its sizes "
                     f"{src.sizes} cannot change")

@@ -18,6 +18,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
+from etptr._core._codes cimport DEFAULT_ALIGNMENT_BYTES, DEVICE_CPU, DEVICE_CUDA
 from etptr._core._args cimport c_int_arg, c_type_name
 from etptr._core._device cimport Device, c_make_device
 from etptr._core._device_allocator cimport DeviceAllocator, c_allocator_for
@@ -228,7 +229,7 @@ cdef class TensorPtr:
         InvalidStateError
             The tensor's memory was released (see :class:`Storage`).
         """
-        if self.c_device.c_type != 0:
+        if self.c_device.c_type != DEVICE_CPU:
             raise_error(Error.NotSupported,
                         f"numpy() needs a CPU tensor, this one is on {self.c_device}: "
                         f"copy it with etptr.clone_tensor_ptr_to_cpu(tensor) first")
@@ -280,7 +281,7 @@ cdef class TensorPtr:
         zero-size tensor reports a valid device address of its device (CuPy
         refuses a null one), never read.
         """
-        if self.c_device.c_type != 1:
+        if self.c_device.c_type != DEVICE_CUDA:
             raise AttributeError("__cuda_array_interface__ exists only for CUDA tensors; "
                                  f"this one is on {self.c_device}")
         c_check_alive(self.c_storage, "__cuda_array_interface__")
@@ -339,7 +340,8 @@ cdef object _zero_size_array(TensorPtr t, object dtype):
 cdef uintptr_t _export_address(TensorPtr t) except? 0:
     """The address exports report: the data, or for a zero-size CUDA tensor without
     data a valid address on its device (consumers such as CuPy refuse null)."""
-    if t.c_data != NULL or t.c_numel != 0 or t.c_device.c_type != 1 or t.c_device.c_index < 0:
+    if t.c_data != NULL or t.c_numel != 0 or t.c_device.c_type != DEVICE_CUDA or \
+            t.c_device.c_index < 0:
         return <uintptr_t>t.c_data
     try:
         from etptr.cuda._driver import zero_size_address
@@ -454,6 +456,6 @@ cdef TensorPtr c_device_empty(Metadata meta, int type, int dynamism, Device devi
     cdef int64_t nbytes = c_nbytes(meta.numel, type)
     cdef DeviceAllocator alloc = c_allocator_for(device.c_type, device.c_index, "device")
     cdef int index = alloc.c_resolve_index(device.c_index)
-    cdef Storage s = c_device_storage(alloc, nbytes, index, 8, None)
+    cdef Storage s = c_device_storage(alloc, nbytes, index, DEFAULT_ALIGNMENT_BYTES, None)
     return c_new_tensor(meta, type, dynamism, c_make_device(device.c_type, index), s,
                         s.c_ptr, False)

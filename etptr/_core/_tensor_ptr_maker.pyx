@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from etptr._core._codes cimport (
+    DEVICE_CPU, TYPE_BFLOAT16, TYPE_FLOAT, TYPE_HALF, TYPE_INT, TYPE_UINT64)
 from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
 from etptr._core._device_copy cimport c_clone_to
@@ -178,7 +180,7 @@ cdef TensorPtr _host(Metadata meta, int type, int dyn, bint pinned):
 
 
 cdef TensorPtr _empty(Metadata meta, int type, int dyn, Device device, bint pinned):
-    if device.c_type == 0:
+    if device.c_type == DEVICE_CPU:
         return _host(meta, type, dyn, pinned)
     return c_device_empty(meta, type, dyn, device)
 
@@ -200,7 +202,7 @@ cdef TensorPtr _filled(Metadata meta, int type, int dyn, Device device, object f
     cdef TensorPtr t = _host(meta, type, dyn, pinned)
     if t.c_numel:
         fill(c_storage_array(t))
-    if device.c_type == 0:
+    if device.c_type == DEVICE_CPU:
         return t
     return c_clone_to(t, device, None, True)
 
@@ -261,7 +263,7 @@ cdef object _extract(object scalar, object original, int type, str argname):
                         f"{argname}={original!r} is outside the range of ScalarType.{st.name} "
                         f"(finite values up to +-{_FLOAT_MAX[type]!r}; inf and nan are accepted)")
         with np.errstate(over="ignore"):
-            if type == 5 or type == 15:                  # Half(float), BFloat16(float)
+            if type == TYPE_HALF or type == TYPE_BFLOAT16:       # from a float32
                 return np.float32(v).astype(dtype)
             return np.float64(v).astype(dtype)
     # Byte, Char, Short, Int, Long, UInt16, UInt32, UInt64: an int (not a bool or float)
@@ -270,7 +272,7 @@ cdef object _extract(object scalar, object original, int type, str argname):
                     f"{argname}={original!r} cannot fill a ScalarType.{st.name} tensor: "
                     f"ExecuTorch's extract_scalar takes only an int (not a {kind}) for an "
                     f"integral type")
-    if type == 29:
+    if type == TYPE_UINT64:
         # extract_scalar compares the int64 with uint64 limits in unsigned arithmetic, so
         # no int64 is out of range: a negative value wraps modulo 2**64
         return np.uint64(v % (1 << 64))
@@ -295,9 +297,9 @@ cdef object _fill_with_value(object scalar, object fill_value, int type, str arg
 cdef object _uniform_fill(int type):
     # ExecuTorch's rand_strided draws floats from [0, upper) and casts them; for Half and
     # BFloat16, upper is 1 - epsilon/2 of that type, so that rounding never reaches 1.0.
-    if type == 5:
+    if type == TYPE_HALF:
         upper = np.float32(1.0 - 2.0 ** -11)             # Half: epsilon 2**-10
-    elif type == 15:
+    elif type == TYPE_BFLOAT16:
         upper = np.float32(1.0 - 2.0 ** -8)              # BFloat16: epsilon 2**-7
     else:
         upper = None
@@ -364,7 +366,7 @@ def empty(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned
     MemoryAllocationError
         The memory could not be allocated.
     """
-    return _empty(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
+    return _empty(_meta(sizes, None), c_type_arg(type, TYPE_FLOAT), c_dynamism_arg(dynamism),
                   c_device(device, "device"), pinned)
 
 
@@ -373,7 +375,7 @@ def empty_strided(sizes, strides, type=ScalarType.Float, dynamism=_BOUND, *, dev
     (ExecuTorch ``empty_strided``). The strides must follow from some
     dim_order, as in :func:`make_tensor_ptr`; else ``InvalidArgumentError``.
     """
-    return _empty(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
+    return _empty(_meta(sizes, strides), c_type_arg(type, TYPE_FLOAT), c_dynamism_arg(dynamism),
                   c_device(device, "device"), pinned)
 
 
@@ -439,7 +441,7 @@ def full_strided(sizes, strides, fill_value, type=ScalarType.Float, dynamism=_BO
     """
     scalar = _fill_value(fill_value, "fill_value")
     cdef Metadata meta = _meta(sizes, strides)
-    cdef int t = c_type_arg(type, 6)
+    cdef int t = c_type_arg(type, TYPE_FLOAT)
     return _filled(meta, t, c_dynamism_arg(dynamism), c_device(device, "device"),
                    _fill_with_value(scalar, fill_value, t, "fill_value"), pinned)
 
@@ -478,7 +480,7 @@ def zeros(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned
         ``type`` is not one :func:`full` fills (complex, quantized, bits and
         Float8 types); :func:`empty` makes those.
     """
-    return _zeros(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
+    return _zeros(_meta(sizes, None), c_type_arg(type, TYPE_FLOAT), c_dynamism_arg(dynamism),
                   c_device(device, "device"), pinned)
 
 
@@ -497,7 +499,7 @@ cdef TensorPtr _zeros(Metadata meta, int type, int dyn, Device device, bint pinn
     cdef TensorPtr t = _host(meta, type, dyn, pinned)
     if t.c_numel:
         memset(t.c_data, 0, t.c_nbytes())
-    if device.c_type == 0:
+    if device.c_type == DEVICE_CPU:
         return t
     return c_clone_to(t, device, None, True)
 
@@ -535,7 +537,7 @@ def rand(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=
         Bad sizes.
     """
     cdef Metadata meta = _meta(sizes, None)
-    cdef int t = c_type_arg(type, 6)
+    cdef int t = c_type_arg(type, TYPE_FLOAT)
     return _filled(meta, t, c_dynamism_arg(dynamism), c_device(device, "device"),
                    _uniform_fill(t), pinned)
 
@@ -544,7 +546,7 @@ def rand_strided(sizes, strides, type=ScalarType.Float, dynamism=_BOUND, *, devi
     """:func:`rand` with the layout ``strides`` describe (ExecuTorch ``rand_strided``).
     """
     cdef Metadata meta = _meta(sizes, strides)
-    cdef int t = c_type_arg(type, 6)
+    cdef int t = c_type_arg(type, TYPE_FLOAT)
     return _filled(meta, t, c_dynamism_arg(dynamism), c_device(device, "device"),
                    _uniform_fill(t), pinned)
 
@@ -564,14 +566,14 @@ def randn(sizes, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned
 
     Raises what :func:`rand` raises.
     """
-    return _filled(_meta(sizes, None), c_type_arg(type, 6), c_dynamism_arg(dynamism),
+    return _filled(_meta(sizes, None), c_type_arg(type, TYPE_FLOAT), c_dynamism_arg(dynamism),
                    c_device(device, "device"), _fill_normal, pinned)
 
 
 def randn_strided(sizes, strides, type=ScalarType.Float, dynamism=_BOUND, *, device="cpu", pinned=False):
     """:func:`randn` with the layout ``strides`` describe (ExecuTorch ``randn_strided``).
     """
-    return _filled(_meta(sizes, strides), c_type_arg(type, 6), c_dynamism_arg(dynamism),
+    return _filled(_meta(sizes, strides), c_type_arg(type, TYPE_FLOAT), c_dynamism_arg(dynamism),
                    c_device(device, "device"), _fill_normal, pinned)
 
 
@@ -598,7 +600,7 @@ def randint(low, high, sizes, type=ScalarType.Int, dynamism=_BOUND, *, device="c
         ``type`` is not one ExecuTorch fills (see :func:`full`).
     """
     _check_range(low, high)
-    return _filled(_meta(sizes, None), c_type_arg(type, 3), c_dynamism_arg(dynamism),
+    return _filled(_meta(sizes, None), c_type_arg(type, TYPE_INT), c_dynamism_arg(dynamism),
                    c_device(device, "device"), _fill_ints(low, high), pinned)
 
 
@@ -606,7 +608,7 @@ def randint_strided(low, high, sizes, strides, type=ScalarType.Int, dynamism=_BO
     """:func:`randint` with the layout ``strides`` describe (ExecuTorch ``randint_strided``).
     """
     _check_range(low, high)
-    return _filled(_meta(sizes, strides), c_type_arg(type, 3), c_dynamism_arg(dynamism),
+    return _filled(_meta(sizes, strides), c_type_arg(type, TYPE_INT), c_dynamism_arg(dynamism),
                    c_device(device, "device"), _fill_ints(low, high), pinned)
 
 

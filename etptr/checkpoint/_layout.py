@@ -14,13 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from etptr._core._device_allocator import DEVICE_ALIGNMENT
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import FilePlan, TensorEntry
 
 __all__ = ["DEVICE_ALIGNMENT", "CopyRun", "FileLayout", "layout_file"]
 
-#: Bytes every tensor's start is aligned to in a device buffer.
-DEVICE_ALIGNMENT = 256
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 
 from etptr._core._args cimport c_count_arg, c_int_arg
+from etptr._core._codes cimport DEVICE_ALIGNMENT_BYTES
 from etptr._core._device_allocator cimport DeviceAllocator
 from etptr._core._error cimport raise_error
 from etptr.cuda._batch cimport c_d2h_batch, c_h2d_batch, c_h2d_file
@@ -33,7 +34,7 @@ from etptr._core._error import Error
 
 # cudaMalloc guarantees this alignment (CUDA programming guide); CuPy's pool
 # hands out 512-byte multiples inside such allocations.
-CUDA_MALLOC_ALIGNMENT = 256
+CUDA_MALLOC_ALIGNMENT = DEVICE_ALIGNMENT_BYTES
 
 
 cdef class _StreamRef:

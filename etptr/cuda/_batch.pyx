@@ -36,31 +36,23 @@ cimport cython
 from libc.stdint cimport int64_t, intptr_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 
+from etptr._core._codes cimport DEVICE_ALIGNMENT_BYTES, align_up
 from etptr._core._error cimport raise_error
 from etptr.cuda._copy_engine cimport (
     CopyConfig, HostList, c_copy_stream, c_staged, c_transfer)
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cupy, c_enter_device,
     c_event_create, c_exit_device, c_is_page_locked, c_module_function, c_range_start)
+from etptr.cuda._tuning cimport Tuning, c_tuning
 
 from etptr._core._error import Error, NotSupportedError
 from etptr.cuda._driver import _on_backend_change, _on_fork_child
 from etptr.cuda import _kernels
 
-cdef int64_t _LARGE = 1 << 20            # pieces this large skip the scratch area
-cdef bint _scattered_on = True           # large pageable pieces in one pipeline (else alone)
-cdef int64_t _SCRATCH_MAX = 64 << 20     # bytes of scratch per device, at most
+cdef Tuning* T = c_tuning()              # large_piece, scattered_pipeline, scratch_max,
+                                         # near_gap
 cdef int64_t _PACK_ALIGN = 16            # packed pieces start at 16-byte multiples
-cdef int64_t _NEAR = 256                 # gaps up to this per piece still count as one range
 cdef int64_t PIECE_BYTES = 24            # a piece in the kernel's table: {u64 src, dst, n}
-
-
-def _set_scattered_pipeline(on):
-    """Move a batch's large pieces with pageable host sides and scattered device sides
-    in one pipeline (True, the default: bench/results/h200_probe_scattered.txt) or each
-    through its own copy (False). For probes."""
-    global _scattered_on
-    _scattered_on = bool(on)
 
 
 cdef struct _Piece:
@@ -247,9 +239,9 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
     cdef const uintptr_t* dev_side = dst if h2d else src
     cdef const uintptr_t* host_side = src if h2d else dst
     for i in range(count):
-        total += (n[i] + _PACK_ALIGN - 1) & ~(_PACK_ALIGN - 1)
-    total += count * PIECE_BYTES + 256
-    sc = _scratch_of(d, total if total < _SCRATCH_MAX else _SCRATCH_MAX)
+        total += align_up(n[i], _PACK_ALIGN)
+    total += count * PIECE_BYTES + DEVICE_ALIGNMENT_BYTES
+    sc = _scratch_of(d, total if total < T.scratch_max else T.scratch_max)
     if sc.no_kernel:
         for i in range(count):
             c_transfer(dev_side[i], host_side[i], n[i], d, s, False, cfg, h2d)
@@ -264,13 +256,13 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
             last = first
             while last < count:
                 k = last - first + 1
-                table_bytes = (k * PIECE_BYTES + 255) & ~(<int64_t>255)
+                table_bytes = align_up(k * PIECE_BYTES, DEVICE_ALIGNMENT_BYTES)
                 if last > first and table_bytes + used + n[last] > sc.size:
                     break
-                used += (n[last] + _PACK_ALIGN - 1) & ~(_PACK_ALIGN - 1)
+                used += align_up(n[last], _PACK_ALIGN)
                 last += 1
             k = last - first
-            table_bytes = (k * PIECE_BYTES + 255) & ~(<int64_t>255)
+            table_bytes = align_up(k * PIECE_BYTES, DEVICE_ALIGNMENT_BYTES)
             table = <_Piece*>malloc(k * sizeof(_Piece))
             hosts = <uintptr_t*>malloc((k + 1) * sizeof(uintptr_t))
             lens = <int64_t*>malloc((k + 1) * sizeof(int64_t))
@@ -290,7 +282,7 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
                     hosts[i + 1] = host_side[first + i]
                     lens[i + 1] = n[first + i]
                     devs[i + 1] = sc.ptr + off
-                    off += (n[first + i] + _PACK_ALIGN - 1) & ~(_PACK_ALIGN - 1)
+                    off += align_up(n[first + i], _PACK_ALIGN)
                 if h2d:
                     # the table and the payload up in one pipelined copy, then the scatter
                     hosts[0] = <uintptr_t>table
@@ -352,7 +344,7 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         finally:
             _sync(s)
         return 0
-    if fd >= 0 or (_one_range(dev_side, n, count, _NEAR if padded or not h2d else 0) and
+    if fd >= 0 or (_one_range(dev_side, n, count, T.near_gap if padded or not h2d else 0) and
                    _one_allocation(dev_side, count)):
         return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, fd, padded)
     sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
@@ -365,12 +357,13 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         if sd == NULL or ss == NULL or sn == NULL or ld == NULL or ls == NULL or ln == NULL:
             raise MemoryError()
         for i in range(count):
-            if n[i] >= _LARGE and _scattered_on and not c_is_page_locked(host_side[i]):
+            if n[i] >= T.large_piece and T.scattered_pipeline and \
+                    not c_is_page_locked(host_side[i]):
                 ld[nlarge] = dev_side[i]      # pageable: packed into one pipeline below
                 ls[nlarge] = host_side[i]
                 ln[nlarge] = n[i]
                 nlarge += 1
-            elif n[i] >= _LARGE:
+            elif n[i] >= T.large_piece:
                 c_transfer(dev_side[i], host_side[i], n[i], d, s, False, cfg, h2d)
             elif n[i] > 0:
                 sd[nsmall] = dst[i]

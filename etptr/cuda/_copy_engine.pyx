@@ -28,7 +28,6 @@ cimport cython
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport INT64_MAX, int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport free, malloc
-from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
 
 import contextvars
 import os
@@ -37,7 +36,7 @@ import warnings
 from etptr._core._args cimport c_count_arg, c_int_arg
 from etptr._core._error cimport raise_error
 from etptr._core._host_copy cimport (
-    FILL_PIECES, Segment, c_copy_begin, c_copy_end, c_cpu_count, c_par_copy, c_par_copy_list)
+    Segment, c_copy_begin, c_copy_end, c_cpu_count, c_par_copy, c_par_copy_list)
 from etptr.cuda._driver cimport (
     DeviceGuard, api, c_check, c_check_device_range, c_check_usable, c_cuda_failed,
     c_current_stream, c_enter_device, c_event_create, c_event_destroy, c_exit_device, c_forked,
@@ -47,6 +46,9 @@ from etptr.cuda._pinned_pool cimport (
     PinnedHostPool, Slab, c_default_pool, c_ensure_event, c_pool_block_containing, c_record,
     c_release_all)
 from etptr.cuda._small_copy cimport TINY_BYTES, _Small, c_complete, c_fence_for, c_tiny_h2d
+from etptr.cuda._tuning cimport (
+    STEP_BEGIN, STEP_FILLED, STEP_QUEUED, STEP_SLOTS, STEP_SYNCED, STEP_WAITED, Tuning,
+    c_call_chunk_hook, c_mark, c_tuning)
 
 from etptr._core._error import Error, EtWarning
 
@@ -285,187 +287,24 @@ c_forget_on_change(_engines)    # the streams and events belong to a backend, a 
 
 # ------------------------------------------------------------------ the pipeline
 
-cdef object _chunk_hook = None   # tests: called as hook(direction, chunk index) after each chunk
-cdef bint _hook_set = False
-cdef int64_t _MIN_CHUNK = 1 << 20      # smallest pipelined chunk
-cdef int _TARGET_CHUNKS = 4            # a copy shorter than K slots is cut in this many chunks
-cdef int _SIGNAL_EVERY = 4             # chunks between checks for KeyboardInterrupt
-cdef int _fill_pieces = FILL_PIECES    # pieces per copy thread of a slot's fill
-cdef int64_t _ramp_first = 8 << 20     # uploads of K slots or more: the first chunk's bytes
-cdef int _ramp_growth = 150            # (0: a slot), each next one this many percent of the last,
-cdef int64_t _ramp_max = 256 << 20     # in uploads up to this size (bench/results/
-                                       # h200_probe_timeline.txt: it paid up to there)
-cdef int64_t _ramp_last = 0            # uploads: the last chunks halve down to this size, so
-                                       # that little DMA is left once the last fill is done
-cdef bint _stream_h2d = True           # fill upload slots with non-temporal stores ...
-cdef int64_t _STREAM_MAX = 64 << 20    # ... in copies from memory up to this size: above it
-                                       # memcpy was faster (bench/results/h200x2_chunking.txt)
-cdef int64_t _FILE_STREAM_MAX = 128 << 20   # ... and from a file up to this size, read through
-                                       # the threads' bounce buffers: 91 MB gained, 128 MB
-                                       # tied, 256 MB and up lost (bench/results/
-                                       # h200_probe_fill.txt)
-
-
-def _set_chunking(target_chunks, min_chunk):
-    """Cut copies shorter than K slots in ``target_chunks`` chunks of at least ``min_chunk``
-    bytes (1: one chunk per slot). For measurements (bench/sweep_copy.py)."""
-    global _TARGET_CHUNKS, _MIN_CHUNK
-    _TARGET_CHUNKS = <int>c_int_arg(target_chunks, "target_chunks", 1, 1 << 20)
-    _MIN_CHUNK = c_int_arg(min_chunk, "min_chunk", 4096, INT64_MAX)
-
-
-def _set_fill_pieces(n):
-    """Cut each slot's fill in ``n`` pieces per copy thread (drains: one). For
-    measurements (bench/probe_pieces.py)."""
-    global _fill_pieces
-    _fill_pieces = <int>c_int_arg(n, "n", 1, 64)
-
-
-def _get_fill_pieces():
-    return _fill_pieces
-
-
-def _set_ramp_up(first_bytes, growth_percent=150, max_bytes=256 << 20):
-    """Start uploads of K slots or more, up to ``max_bytes``, with a chunk of
-    ``first_bytes`` (0: a whole slot), each next chunk ``growth_percent`` percent of the
-    one before (64 KiB multiples) up to a slot, so that the first DMA starts after a
-    short fill. The default, 8 MiB and 150% up to 256 MiB, was measured with 16 MiB
-    slots (bench/probe_timeline.py)."""
-    global _ramp_first, _ramp_growth, _ramp_max
-    _ramp_first = c_int_arg(first_bytes, "first_bytes", 0, INT64_MAX)
-    _ramp_growth = <int>c_int_arg(growth_percent, "growth_percent", 101, 1000)
-    _ramp_max = c_int_arg(max_bytes, "max_bytes", 0, INT64_MAX)
-
-
-def _get_ramp_up():
-    """(first_bytes, growth_percent, max_bytes) in use; see _set_ramp_up."""
-    return _ramp_first, _ramp_growth, _ramp_max
-
-
-def _set_ramp_down(last_bytes):
-    """End uploads with chunks that halve down to ``last_bytes`` (0: chunks stay whole to
-    the end). For measurements."""
-    global _ramp_last
-    _ramp_last = c_int_arg(last_bytes, "last_bytes", 0, INT64_MAX)
-
-
-def _get_ramp_down():
-    return _ramp_last
-
-
-def _set_streaming_max(nbytes):
-    """Uploads from memory of up to ``nbytes`` bytes fill their slots with non-temporal
-    stores; larger ones with memcpy. For measurements (bench/probe_fill.py)."""
-    global _STREAM_MAX
-    _STREAM_MAX = c_int_arg(nbytes, "nbytes", 0, INT64_MAX)
-
-
-def _get_streaming_max():
-    return _STREAM_MAX
-
-
-def _set_file_streaming_max(nbytes):
-    """Uploads from a file of up to ``nbytes`` bytes fill their slots through the copy
-    threads' bounce buffers with non-temporal stores; larger ones read straight into
-    the slots. For measurements (bench/probe_fill.py)."""
-    global _FILE_STREAM_MAX
-    _FILE_STREAM_MAX = c_int_arg(nbytes, "nbytes", 0, INT64_MAX)
-
-
-def _get_file_streaming_max():
-    return _FILE_STREAM_MAX
-
-
-def _set_streaming_stores(bint on):
-    """Fill upload slots with non-temporal stores (True) or memcpy. For measurements."""
-    global _stream_h2d
-    _stream_h2d = on
-
-
-def _get_chunking():
-    """(target_chunks, min_chunk) in use; see _set_chunking."""
-    return _TARGET_CHUNKS, _MIN_CHUNK
-
-
-def _set_chunk_hook(hook):
-    """Call ``hook(direction, i)`` after each pipelined chunk (None: stop). For tests."""
-    global _chunk_hook, _hook_set
-    _chunk_hook = hook
-    _hook_set = hook is not None
-
-
-# A timeline of pipelined copies, for measurements (bench/probe_timeline.py): while on,
-# each copy's steps are stamped (CLOCK_MONOTONIC, ns) into a fixed table. Each stamp
-# claims its row atomically, so copies in several threads cannot write past the table;
-# their rows interleave (one copy at a time gives one timeline).
-cdef extern from *:
-    """
-    static inline long long etptr_trace_claim(long long* n) {
-        return __atomic_fetch_add(n, 1, __ATOMIC_RELAXED);
-    }
-    """
-    long long etptr_trace_claim(long long* n) noexcept nogil
-
-cdef enum:
-    _TRACE_MAX = 8192
-cdef bint _trace_on = False
-cdef long long _trace_n = 0
-cdef int _trace_what[_TRACE_MAX]
-cdef int64_t _trace_chunk[_TRACE_MAX]
-cdef int64_t _trace_ns[_TRACE_MAX]
-# The steps, and what a stamp's number is: begin (the copy's bytes), slots (the chunk
-# size), waited / copied / queued (the chunk's index), synced (the number of chunks).
-_TRACE_NAMES = ("begin", "slots", "waited", "copied", "queued", "synced")
-
-
-cdef inline void _mark(int what, int64_t i) noexcept nogil:
-    """Stamp step ``what`` (an index of _TRACE_NAMES) of chunk ``i``."""
-    cdef timespec ts
-    cdef long long row
-    if not _trace_on:
-        return
-    row = etptr_trace_claim(&_trace_n)
-    if row < 0 or row >= _TRACE_MAX:
-        return                  # the table is full
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    _trace_what[row] = what
-    _trace_chunk[row] = i
-    _trace_ns[row] = <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
-
-
-def _set_trace(bint on):
-    """Start (clearing the table) or stop stamping the pipeline's steps."""
-    global _trace_on, _trace_n
-    if on:
-        _trace_n = 0
-    _trace_on = on
-
-
-def _take_trace():
-    """The stamps so far (at most the table's 8192), as [(step name, chunk, ns)], and
-    clear the table. Take it once the traced copies have returned."""
-    global _trace_n
-    cdef long long n = _trace_n if _trace_n < _TRACE_MAX else _TRACE_MAX
-    out = [(_TRACE_NAMES[_trace_what[i]], _trace_chunk[i], _trace_ns[i]) for i in range(n)]
-    _trace_n = 0
-    return out
-
-
 cdef inline int64_t _ceil_div(int64_t n, int64_t d) noexcept nogil:
     return n // d + (1 if n % d else 0)      # no overflow near 2**63
 
 
+cdef Tuning* T = c_tuning()
+
+
 cdef int64_t _chunk_bytes(int64_t nbytes, CopyConfig* cfg) noexcept nogil:
     """The chunk size of a pipelined copy: the slot size, or less, so that a copy
-    of a few slots still overlaps host copies with DMA (about _TARGET_CHUNKS chunks)."""
+    of a few slots still overlaps host copies with DMA (about ``target_chunks`` chunks)."""
     cdef int64_t s = cfg.slot_bytes
     cdef int64_t c
     if nbytes >= s * cfg.slots:
         return s
-    c = _ceil_div(nbytes, _TARGET_CHUNKS)
+    c = _ceil_div(nbytes, T.target_chunks)
     c = (c + 65535) & ~(<int64_t>65535)
-    if c < _MIN_CHUNK:
-        c = _MIN_CHUNK
+    if c < T.min_chunk:
+        c = T.min_chunk
     return s if c > s else c
 
 
@@ -475,11 +314,12 @@ cdef struct _Pipe:
     unsigned long long dev    # the device side
     int64_t nbytes
     int64_t chunk             # bytes per chunk (<= a slot)
-    int64_t first             # uploads: bytes of the first chunk (<= chunk; see _set_ramp_up)
+    int64_t first             # uploads: bytes of the first chunk (<= chunk; the tuning's ramp)
     int k                     # slots
     int threads
     int device                # for messages
-    bint stream_stores        # fill upload slots with non-temporal stores
+    bint nontemporal          # fill upload slots with non-temporal stores
+    int64_t read_bounce       # ... reading a file through this much of a bounce buffer
     void* stream
     char* slot[64]
     void* event[64]
@@ -507,15 +347,15 @@ cdef int _read_failed(int err, _Pipe* p, int64_t off) except -1 with gil:
 
 
 cdef int _between_chunks(bint h2d, int64_t i) except -1 with gil:
-    if _hook_set and _chunk_hook is not None:
-        _chunk_hook("h2d" if h2d else "d2h", i)
+    if T.chunk_hook:
+        c_call_chunk_hook(h2d, i)
     PyErr_CheckSignals()
     c_check_usable("host->device copy" if h2d else "device->host copy")   # forked meanwhile?
     return 0
 
 
 cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
-                      bint stream) noexcept nogil:
+                      bint nontemporal) noexcept nogil:
     """Copy bytes [off, off+m) of the device range between ``slot`` and the pieces
     that fall in it (gather into the slot for H2D, scatter out of it for D2H; read
     from the file for a file's pieces). Returns 0 or a file read's error (as
@@ -545,14 +385,15 @@ cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
             one.src = slot + (a - off)
         one.n = b - a
         if segs == NULL:                # no memory for the list: copy the pieces in turn
-            rc = c_par_copy_list(&one, 1, 1, stream, 1)
+            rc = c_par_copy_list(&one, 1, 1, nontemporal, 1, p.read_bounce)
             if rc != 0:
                 return rc
             continue
         segs[nseg] = one
         nseg += 1
     if segs != NULL:
-        rc = c_par_copy_list(segs, nseg, p.threads, stream, _fill_pieces if h2d else 1)
+        rc = c_par_copy_list(segs, nseg, p.threads, nontemporal, T.fill_pieces if h2d else 1,
+                             p.read_bounce)
         free(segs)
     return rc
 
@@ -596,9 +437,9 @@ cdef int _dma_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d) noe
 
 cdef inline int _fill(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
     if p.pieces == NULL:
-        c_par_copy(slot, p.host + off, m, p.threads, p.stream_stores, _fill_pieces)
+        c_par_copy(slot, p.host + off, m, p.threads, p.nontemporal, T.fill_pieces)
         return 0
-    return _move_pieces(p, slot, off, m, True, p.stream_stores)
+    return _move_pieces(p, slot, off, m, True, p.nontemporal)
 
 
 cdef inline void _drain(_Pipe* p, char* slot, int64_t off, int64_t m) noexcept nogil:
@@ -620,24 +461,18 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
             if rc != 0:
                 _pipe_failed(rc, p, True)
             p.pending[j] = False
-        _mark(2, i)
+        if T.trace:
+            c_mark(STEP_WAITED, i)
         m = p.nbytes - off if p.nbytes - off < want else want
-        if _ramp_last and _ramp_last < p.nbytes - off < 2 * want:
-            # the last chunks halve: the DMA of the last one is all that runs after the
-            # fills, so it is made short (never past the rest, nor past a slot)
-            m = (((p.nbytes - off) // 2) + 65535) & ~(<int64_t>65535)
-            if m > p.nbytes - off:
-                m = p.nbytes - off
-            if m > want:
-                m = want
         if want < p.chunk:
-            want = ((want * _ramp_growth // 100) + 65535) & ~(<int64_t>65535)
+            want = ((want * T.ramp_growth // 100) + 65535) & ~(<int64_t>65535)
             if want > p.chunk:
                 want = p.chunk
         rc = _fill(p, p.slot[j], off, m)
         if rc != 0:
             _read_failed(rc, p, off)
-        _mark(3, i)
+        if T.trace:
+            c_mark(STEP_FILLED, i)
         if p.pieces != NULL and p.pieces.dev != NULL:
             rc = _dma_pieces(p, p.slot[j], off, m, True)
         else:
@@ -646,17 +481,19 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
             rc = api.event_record(p.event[j], p.stream)
         if rc != 0:
             _pipe_failed(rc, p, True)
-        _mark(4, i)
+        if T.trace:
+            c_mark(STEP_QUEUED, i)
         p.pending[j] = True
         off += m
-        if _hook_set or i % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
+        if T.chunk_hook or i % T.signal_every == T.signal_every - 1:
             _between_chunks(True, i)
         i += 1
     if sync:
         rc = api.stream_sync(p.stream)
         if rc != 0:
             _pipe_failed(rc, p, True)
-        _mark(5, i)
+        if T.trace:
+            c_mark(STEP_SYNCED, i)
         for j in range(p.k):
             p.pending[j] = False
     return 0
@@ -677,12 +514,14 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
             if rc != 0:
                 _pipe_failed(rc, p, False)
             p.pending[j] = False
-            _mark(2, i - p.k)
+            if T.trace:
+                c_mark(STEP_WAITED, i - p.k)
             off = (i - p.k) * p.chunk
             m = _chunk_len(p, i - p.k)
             _drain(p, p.slot[j], off, m)
-            _mark(3, i - p.k)
-            if _hook_set or (i - p.k) % _SIGNAL_EVERY == _SIGNAL_EVERY - 1:
+            if T.trace:
+                c_mark(STEP_FILLED, i - p.k)
+            if T.chunk_hook or (i - p.k) % T.signal_every == T.signal_every - 1:
                 _between_chunks(False, i - p.k)
         if i < nchunks:
             j = <int>(i % p.k)
@@ -696,7 +535,8 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
                 rc = api.event_record(p.event[j], p.stream)
             if rc != 0:
                 _pipe_failed(rc, p, False)
-            _mark(4, i)
+            if T.trace:
+                c_mark(STEP_QUEUED, i)
             p.pending[j] = True
     return 0
 
@@ -759,16 +599,22 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
     p.nbytes = nbytes
     p.chunk = _chunk_bytes(nbytes, cfg)
     p.first = p.chunk
-    if h2d and p.chunk == cfg.slot_bytes and 0 < _ramp_first < p.chunk and nbytes <= _ramp_max:
-        p.first = _ramp_first
+    if h2d and p.chunk == cfg.slot_bytes and 0 < T.ramp_first < p.chunk and \
+            nbytes <= T.ramp_max:
+        p.first = T.ramp_first
     nchunks = _ceil_div(nbytes, p.chunk)
     p.k = <int>(cfg.slots if cfg.slots < nchunks else nchunks)
     p.threads = cfg.threads
     p.device = dev
-    p.stream_stores = _stream_h2d and nbytes <= (
-        _FILE_STREAM_MAX if pieces != NULL and pieces.fd >= 0 else _STREAM_MAX)
+    if pieces != NULL and pieces.fd >= 0:
+        p.nontemporal = nbytes <= T.nt_file_max
+        p.read_bounce = T.read_bounce
+    else:
+        p.nontemporal = nbytes <= T.nt_max
+        p.read_bounce = 0
     p.stream = <void*>s
-    _mark(0, nbytes)
+    if T.trace:
+        c_mark(STEP_BEGIN, nbytes)
     epoch = c_copy_begin(p.threads)      # wakes the copy threads while the slots are found
     try:
         try:
@@ -784,7 +630,8 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
                 p.slot[j] = <char*>slab.ptr
                 p.event[j] = <void*>slab.event
                 p.pending[j] = slab.pending
-            _mark(1, p.chunk)
+            if T.trace:
+                c_mark(STEP_SLOTS, p.chunk)
             if h2d:
                 with nogil:
                     _pipe_h2d(&p, sync)

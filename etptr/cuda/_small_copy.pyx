@@ -31,34 +31,18 @@ from etptr._core._error import EtError
 cdef extern from "_fence.h" nogil:
     int etptr_fence_spin(const uint32_t* word, uint32_t seq, int64_t budget_ns)
 
+from etptr.cuda._tuning cimport Tuning, c_tuning
+
 cdef int _SLOTS = 64
 cdef int64_t _FENCE_BYTES = 64           # the fence word's line, after the tiny slots
-cdef int64_t _FENCE_SPIN_NS = 200000     # a fence spins this long, then blocks
-cdef int64_t _FENCE_MAX = 1 << 20        # synchronous copies up to this size use the fence
-cdef bint _writes_on = True              # 4- and 8-byte uploads as stream writes
-cdef bint _fence_on = True               # small synchronous copies waited for by the fence
+cdef Tuning* T = c_tuning()              # stream_writes, fence, fence_spin_ns, fence_max
+cdef bint _writes_work = True            # False once the driver refused a stream write
 cdef bint _write64_works = True          # False once the driver refused a 64-bit write
 cdef bint _fence_works = True            # False once the driver refused a fence's write
 
 
-def _set_tiny_paths(writes=None, fence=None):
-    """Turn the stream writes of 4- and 8-byte uploads, or the fence that small
-    synchronous copies wait on, off or on (None keeps a setting). For probes and tests."""
-    global _writes_on, _fence_on
-    if writes is not None:
-        _writes_on = bool(writes)
-    if fence is not None:
-        _fence_on = bool(fence)
-
-
-def _get_tiny_paths():
-    """The settings of :func:`_set_tiny_paths` (stream writes and the fence are used
-    only where :func:`_stream_writes_available`)."""
-    return {"writes": _writes_on, "fence": _fence_on}
-
-
 def _stream_writes_available():
-    """Whether the copies call libcuda and it has cuStreamWriteValue32."""
+    """Whether the copies call libcuda and it has cuStreamWriteValue32 (for tests)."""
     return api.has_writes
 
 
@@ -103,8 +87,8 @@ cdef _Small c_fence_for(int dev, int64_t nbytes, bint sync_on_copy_stream):
     synchronous copy of up to 1 MiB on the device's copy stream (``sync_on_copy_stream``:
     the fence's numbers must all reach one stream), where libcuda has stream writes and
     the fence word could be pinned."""
-    if not sync_on_copy_stream or not _fence_on or not _fence_works or \
-            not api.has_writes or nbytes > _FENCE_MAX:
+    if not sync_on_copy_stream or not T.fence or not _fence_works or \
+            not api.has_writes or nbytes > T.fence_max:
         return None
     try:
         return _small(dev)
@@ -129,7 +113,7 @@ cdef int c_complete(_Small fence, intptr_t s) except? -1:
         if rc == NOT_SUPPORTED:
             _fence_works = False
     with nogil:
-        if rc != 0 or not etptr_fence_spin(fence.fence, seq, _FENCE_SPIN_NS):
+        if rc != 0 or not etptr_fence_spin(fence.fence, seq, T.fence_spin_ns):
             rc = api.stream_sync(<void*>s)
     return rc
 
@@ -165,20 +149,20 @@ cdef int c_tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intpt
     serve). ``writable``: stream writes may target ``dst`` (not managed memory). A queued 4-byte
     stream write took half the time of a slot's copy, whose cuEventSynchronize alone
     costs about 1.3 us (bench/results/h200_probe_small_copies.txt)."""
-    global _writes_on
+    global _writes_work
     cdef _Small sm
     cdef _Small fence = None
     cdef int j
     cdef int rc = -1
     cdef char* slot
-    if _writes_on and writable and api.has_writes and (nbytes == 4 or nbytes == 8) \
+    if T.stream_writes and _writes_work and writable and api.has_writes and (nbytes == 4 or nbytes == 8) \
             and dst % 4 == 0:
         with nogil:
             rc = _write_words(dst, src, nbytes, s)
         if rc == 0:
             fence = c_fence_for(dev, nbytes, sync_on_copy_stream)
         elif rc == NOT_SUPPORTED:
-            _writes_on = False        # this driver has no stream writes: the slots from now on
+            _writes_work = False      # this driver has no stream writes: the slots from now on
     if rc != 0:
         sm = _small(dev)
         with sm.lock:

@@ -10,7 +10,7 @@ import pytest
 
 import etptr
 from etptr import ScalarType as ST
-from etptr.cuda import _copy_engine, copy_config
+from etptr.cuda import _copy_engine, _tuning, copy_config
 
 MiB = 1 << 20
 SMALL = dict(threads=4, slot_bytes=256 * 1024, slots=3, small_copy_bytes=64 * 1024)
@@ -32,12 +32,12 @@ def _traced_begins(settings, copy, *args):
     """``copy(*args)`` under ``settings`` with the engine's trace on: the byte counts of
     the pipelined copies it began."""
     try:
-        _copy_engine._set_trace(True)
+        _tuning.tune(trace=True)
         with copy_config(**settings):
             copy(*args)
     finally:
-        _copy_engine._set_trace(False)
-    return [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
+        _tuning.tune(trace=False)
+    return [n for what, n, _ in _tuning.take_trace() if what == "begin"]
 
 
 def _fails_part_way(fake, after, copy, *args):
@@ -55,7 +55,7 @@ def _fails_part_way(fake, after, copy, *args):
 @pytest.fixture
 def hook():
     yield
-    _copy_engine._set_chunk_hook(None)
+    _tuning.tune(chunk_hook=None)
 
 
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "pageable"])
@@ -284,20 +284,19 @@ def test_large_pieces_from_scattered_tensors_come_down_in_one_pipeline(fake, set
 
 
 def test_large_pieces_one_by_one_when_the_pipeline_is_off(fake):
-    from etptr.cuda import _batch
     arrays = _arrays(LARGE, seed=8)
     outs = [etptr.empty([a.size], ST.Int, device="cuda") for a in arrays]
     back = [etptr.empty([a.size], ST.Int) for a in arrays]
-    _batch._set_scattered_pipeline(False)
+    _tuning.tune(scattered_pipeline=False)
     try:
-        _copy_engine._set_trace(True)
+        _tuning.tune(trace=True)
         with copy_config(**SMALL):
             etptr.h2d_copy([etptr.make_tensor_ptr(a) for a in arrays], outs)
             etptr.d2h_copy(outs, back)
     finally:
-        _copy_engine._set_trace(False)
-        _batch._set_scattered_pipeline(True)
-    begins = [n for what, n, _ in _copy_engine._take_trace() if what == "begin"]
+        _tuning.tune(trace=False)
+        _tuning.tune(scattered_pipeline=True)
+    begins = [n for what, n, _ in _tuning.take_trace() if what == "begin"]
     assert begins == [a.nbytes for a in arrays] * 2   # a pipelined copy each, both ways
     for a, b in zip(arrays, back):
         np.testing.assert_array_equal(b.numpy(), a)
@@ -425,11 +424,11 @@ def test_interrupt_between_slots_loses_nothing(hook, pool, device_used):
         if i == 5:
             raise KeyboardInterrupt
 
-    _copy_engine._set_chunk_hook(interrupt)
+    _tuning.tune(chunk_hook=interrupt)
     with copy_config(**SMALL):
         with pytest.raises(KeyboardInterrupt):
             etptr.clone_tensor_ptrs_to(srcs, "cuda")
-    _copy_engine._set_chunk_hook(None)
+    _tuning.tune(chunk_hook=None)
     gc.collect()
     assert device_used() == before and pool.stats()["blocks_in_use"] == 0
 

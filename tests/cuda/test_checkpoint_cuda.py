@@ -12,7 +12,7 @@ from etptr import ScalarType as ST
 from etptr.checkpoint import CheckpointError
 from etptr.checkpoint import _device as ckpt_device
 from etptr.checkpoint._layout import layout_file
-from etptr.cuda import _copy_engine, copy_config
+from etptr.cuda import _copy_engine, _tuning, copy_config
 
 from _checkpoint_helpers import (
     DTYPES, open_fds, random_array, raw_bytes, reference_serialize, write_raw)
@@ -44,17 +44,15 @@ def no_maps(monkeypatch):
 @pytest.fixture
 def hook():
     yield
-    _copy_engine._set_chunk_hook(None)
+    _tuning.tune(chunk_hook=None)
 
 
 @pytest.fixture(params=["straight", "bounced"])
 def file_fills(request):
     """Uploads from a file fill their slots by reading straight into them, or through
     the copy threads' bounce buffers (the default for files up to 128 MiB)."""
-    default = _copy_engine._get_file_streaming_max()
-    _copy_engine._set_file_streaming_max(0 if request.param == "straight" else 1 << 62)
-    yield request.param
-    _copy_engine._set_file_streaming_max(default)
+    with _tuning.tuned(nt_file_max=0 if request.param == "straight" else 1 << 62):
+        yield request.param
 
 
 @pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
@@ -114,11 +112,11 @@ def test_subset_reads_only_its_tensors(tmp_path, no_maps):
 def _refused_mid_load(path, change, match):
     """Load ``path`` in 4 KiB slots with ``change(direction, chunk)`` run after each
     chunk: the load must raise CheckpointError matching ``match``."""
-    _copy_engine._set_chunk_hook(change)
+    _tuning.tune(chunk_hook=change)
     with copy_config(**dict(SMALL, slot_bytes=4096)):
         with pytest.raises(CheckpointError, match=match):
             etptr.load_safetensors(path, "cuda:0", progress=False)
-    _copy_engine._set_chunk_hook(None)
+    _tuning.tune(chunk_hook=None)
 
 
 def test_a_file_truncated_while_read(tmp_path, hook, device_used, pool):
@@ -383,7 +381,7 @@ def test_copy_file_to_device_calls_on_queued_once_after_every_read(tmp_path, all
     path, data = _raw_file(tmp_path, n)
     dev = etptr.zeros([n], type=ST.Byte, device="cuda:0")
     events = []
-    _copy_engine._set_chunk_hook(lambda direction, i: events.append(i))
+    _tuning.tune(chunk_hook=lambda direction, i: events.append(i))
     fd = os.open(path, os.O_RDONLY)
     try:
         with copy_config(**SMALL):

@@ -11,7 +11,7 @@ import pytest
 
 import etptr
 from etptr import DeviceType
-from etptr.cuda import _copy_engine, _driver, _pinned_pool
+from etptr.cuda import _copy_engine, _driver, _pinned_pool, _tuning
 from etptr.cuda import copy_config
 
 CUDA = DeviceType.CUDA
@@ -32,7 +32,7 @@ def _bytes(t):
 @pytest.fixture
 def hook():
     yield
-    _copy_engine._set_chunk_hook(None)
+    _tuning.tune(chunk_hook=None)
 
 
 def _h2d(fake):
@@ -81,15 +81,12 @@ def test_pipeline_chunks_through_slots(fake, pool):
 
 def test_ramp_up_starts_uploads_with_growing_chunks(fake):
     a = _payload(2 * MiB + 100)
-    default = _copy_engine._get_ramp_up()
-    assert default == (8 * MiB, 150, 256 * MiB)
-    try:
-        _copy_engine._set_ramp_up(64 * 1024, 200)
+    t = _tuning.values()
+    assert (t["ramp_first"], t["ramp_growth"], t["ramp_max"]) == (8 * MiB, 150, 256 * MiB)
+    with _tuning.tuned(ramp_first=64 * 1024, ramp_growth=200):
         with copy_config(**SMALL):
             d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
             h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
-    finally:
-        _copy_engine._set_ramp_up(*default)
     KiB = 1024
     ups = [c[2] for c in _h2d(fake)]
     assert ups == [64 * KiB, 128 * KiB] + [256 * KiB] * 7 + [64 * KiB + 100]
@@ -102,67 +99,25 @@ def test_ramp_up_starts_uploads_with_growing_chunks(fake):
     etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(_payload(64 * MiB)), "cuda")
     assert [c[2] // MiB for c in _h2d(fake)] == [8, 12, 16, 16, 12]   # default slots
     fake.calls.clear()
-    try:
-        _copy_engine._set_ramp_up(8 * MiB, 150, 63 * MiB)     # larger copies: whole slots
+    with _tuning.tuned(ramp_max=63 * MiB):                  # larger copies: whole slots
         etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(_payload(64 * MiB)), "cuda")
-    finally:
-        _copy_engine._set_ramp_up(*default)
     assert [c[2] // MiB for c in _h2d(fake)] == [16] * 4
     assert np.array_equal(h.numpy(), a)
-
-
-def test_ramp_down_ends_uploads_with_halving_chunks(fake):
-    # with a ramp-down the last chunks halve (64 KiB multiples) down to its size; the
-    # bytes arrive whole either way, and downloads keep whole slots
-    a = _payload(64 * MiB)
-    assert _copy_engine._get_ramp_down() == 0            # off by default
-    try:
-        _copy_engine._set_ramp_down(2 * MiB)
-        d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
-        ups = [c[2] for c in _h2d(fake)]
-        fake.calls.clear()
-        with copy_config(**SMALL):                        # the halving stops at the rest
-            _copy_engine._set_ramp_down(100 * 1024)
-            small = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a[:MiB + 1000]), "cuda")
-        small_ups = [c[2] for c in _h2d(fake)]
-    finally:
-        _copy_engine._set_ramp_down(0)
-    assert ups == [x * MiB for x in (8, 12, 16, 14, 7)] + [3.5 * MiB, 1.75 * MiB, 1.75 * MiB]
-    assert small_ups == [256 * 1024] * 3 + [192 * 1024, 64 * 1024 + 1000]   # halves rounded up
-    assert sum(small_ups) == MiB + 1000
-    assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), a)
-    assert np.array_equal(etptr.clone_tensor_ptr_to(small, "cpu").numpy(), a[:MiB + 1000])
-    with pytest.raises(etptr.InvalidArgumentError, match="last_bytes"):
-        _copy_engine._set_ramp_down(-1)
-
-
-def test_ramp_down_never_makes_a_chunk_larger_than_a_slot(fake):
-    # slots that are no multiple of 64 KiB: a halved chunk rounded up to 64 KiB would not
-    # fit in one (it once overran the page-locked slot)
-    a = _payload(3 * 4096 + 4000, 1)
-    try:
-        _copy_engine._set_ramp_down(1)
-        with copy_config(threads=1, slot_bytes=4096, slots=3, small_copy_bytes=0):
-            d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
-    finally:
-        _copy_engine._set_ramp_down(0)
-    assert [c[2] for c in _h2d(fake)] == [4096, 4096, 4096, 4000]
-    assert np.array_equal(etptr.clone_tensor_ptr_to(d, "cpu").numpy(), a)
 
 
 def test_trace_stamps_each_chunk_in_order():
     a = _payload(2 * MiB + 100)
     try:
         with copy_config(**SMALL):
-            _copy_engine._set_trace(True)
+            _tuning.tune(trace=True)
             d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
-            _copy_engine._set_trace(False)
-            up = _copy_engine._take_trace()
-            _copy_engine._set_trace(True)
+            _tuning.tune(trace=False)
+            up = _tuning.take_trace()
+            _tuning.tune(trace=True)
             h = etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
-            down = _copy_engine._take_trace()
+            down = _tuning.take_trace()
     finally:
-        _copy_engine._set_trace(False)
+        _tuning.tune(trace=False)
     assert np.array_equal(h.numpy(), a)
     steps = [(what, i) for what, i, _ in up]
     assert steps[:2] == [("begin", a.nbytes), ("slots", 256 * 1024)]
@@ -174,25 +129,25 @@ def test_trace_stamps_each_chunk_in_order():
     steps = [(what, i) for what, i, _ in down]
     assert steps[2:5] == [("queued", 0), ("queued", 1), ("queued", 2)]
     assert [i for w, i in steps if w == "copied"] == list(range(9))
-    assert _copy_engine._take_trace() == []       # taking clears the table
+    assert _tuning.take_trace() == []       # taking clears the table
     etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")
-    assert _copy_engine._take_trace() == []       # off: nothing stamped
+    assert _tuning.take_trace() == []       # off: nothing stamped
 
 
 def test_trace_keeps_its_first_rows_when_full():
     a = _payload(48 * MiB)
     try:
         with copy_config(threads=2, slot_bytes=16 * 1024, slots=3, small_copy_bytes=4096):
-            _copy_engine._set_trace(True)
+            _tuning.tune(trace=True)
             etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda")   # 3072 chunks
-            _copy_engine._set_trace(False)
+            _tuning.tune(trace=False)
     finally:
-        _copy_engine._set_trace(False)
-    rows = _copy_engine._take_trace()
+        _tuning.tune(trace=False)
+    rows = _tuning.take_trace()
     assert len(rows) == 8192                          # 2 + 3 * 3072 + 1 stamps made
     assert rows[:3] == [("begin", a.nbytes, rows[0][2]), ("slots", 16 * 1024, rows[1][2]),
                         ("waited", 0, rows[2][2])]
-    assert _copy_engine._take_trace() == []
+    assert _tuning.take_trace() == []
 
 
 def test_page_locked_source_goes_in_one_dma(fake):
@@ -334,13 +289,13 @@ def test_interrupt_between_chunks_releases_everything(direction, hook, pool, dev
         if where == direction and i == 2:
             raise KeyboardInterrupt
 
-    _copy_engine._set_chunk_hook(interrupt)
+    _tuning.tune(chunk_hook=interrupt)
     with copy_config(**SMALL), pytest.raises(KeyboardInterrupt):
         if direction == "h2d":
             etptr.clone_tensor_ptr_to(t, "cuda")
         else:
             etptr.clone_tensor_ptr_to(d, "cpu", pinned=False)
-    _copy_engine._set_chunk_hook(None)
+    _tuning.tune(chunk_hook=None)
     assert _usage(pool, device_used) == base
     # the engine still works afterwards
     with copy_config(**SMALL):

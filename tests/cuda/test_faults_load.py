@@ -284,7 +284,7 @@ FORK_PRELUDE = FORK_AND_WAIT + """
     import etptr
     import etptr.cuda
     from etptr._core import _host_copy
-    from etptr.cuda import _copy_engine, _driver
+    from etptr.cuda import _copy_engine, _driver, _tuning
 
     FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
     if FAKE:
@@ -688,7 +688,7 @@ import os, pathlib, sys, time, warnings, importlib.util
 import numpy as np
 import etptr, etptr.cuda
 from etptr._core import _host_copy
-from etptr.cuda import _copy_engine, _driver
+from etptr.cuda import _copy_engine, _driver, _tuning
 from etptr.testing import use_allocator
 warnings.simplefilter("ignore", DeprecationWarning)
 spec = importlib.util.spec_from_file_location(
@@ -699,7 +699,7 @@ pid = []
 def hook(direction, i):
     if i == 2 and not pid:
         pid.append(os.fork())       # the copying thread itself forks, mid-copy
-_copy_engine._set_chunk_hook(hook)
+_tuning.tune(chunk_hook=hook)
 x = np.random.default_rng(0).integers(0, 255, 8 << 20, dtype=np.uint8)
 try:
     with use_allocator(etptr.cuda.CudaAllocator()):
@@ -708,7 +708,7 @@ try:
     outcome = "completed"
 except etptr.InvalidStateError:
     outcome = "refused"
-_copy_engine._set_chunk_hook(None)
+_tuning.tune(chunk_hook=None)
 
 def idle_cpu():
     a = np.ones(4 << 20, np.uint8); b = np.zeros_like(a)

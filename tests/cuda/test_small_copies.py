@@ -4,19 +4,17 @@ import numpy as np
 import pytest
 
 import etptr
-from etptr.cuda import _small_copy
+from etptr.cuda import _small_copy, _tuning
 
-PATHS = [dict(writes=True, fence=True), dict(writes=False, fence=True),
-         dict(writes=True, fence=False), dict(writes=False, fence=False)]
+PATHS = [dict(stream_writes=True, fence=True), dict(stream_writes=False, fence=True),
+         dict(stream_writes=True, fence=False), dict(stream_writes=False, fence=False)]
 PATH_IDS = ["writes+fence", "slots+fence", "writes+sync", "slots+sync"]
 
 
 @pytest.fixture(params=PATHS, ids=PATH_IDS)
 def paths(request, real_cupy):
-    before = _small_copy._get_tiny_paths()
-    _small_copy._set_tiny_paths(**request.param)
-    yield request.param
-    _small_copy._set_tiny_paths(**before)
+    with _tuning.tuned(**request.param):
+        yield request.param
 
 
 @pytest.fixture
@@ -170,15 +168,13 @@ def test_threads_share_the_fence(real_cupy):
     assert errors == []
 
 
-def test_tiny_paths_knob_reports_its_settings(real_cupy):
+def test_the_small_copy_paths_are_tuning_fields(real_cupy):
     etptr.zeros([1], device="cuda:0")                     # the copies' driver is loaded
-    before = _small_copy._get_tiny_paths()
     assert _small_copy._stream_writes_available()      # libcuda on this machine has them
-    try:
-        _small_copy._set_tiny_paths(writes=False)
-        assert _small_copy._get_tiny_paths() == dict(before, writes=False)
-        _small_copy._set_tiny_paths(fence=False)             # None keeps the other
-        assert _small_copy._get_tiny_paths() == {"writes": False, "fence": False}
-    finally:
-        _small_copy._set_tiny_paths(**before)
-    assert _small_copy._get_tiny_paths() == before
+    before = _tuning.values()
+    assert before["stream_writes"] and before["fence"]  # both on by default
+    with _tuning.tuned(stream_writes=False):
+        assert _tuning.values() == dict(before, stream_writes=False)
+        with _tuning.tuned(fence=False):                # the other stays
+            assert _tuning.values() == dict(before, stream_writes=False, fence=False)
+    assert _tuning.values() == before
