@@ -10,7 +10,7 @@ import pytest
 
 import etptr
 from etptr import Device, DeviceType, ScalarType
-from etptr.checkpoint import CheckpointError, CheckpointPlan
+from etptr.checkpoint import CheckpointError, CheckpointPlan, FilePlan
 from etptr.testing import HostDeviceAllocator, use_allocator
 
 from _checkpoint_helpers import (
@@ -296,19 +296,22 @@ def test_device_loads_go_through_the_seam(tmp_path, monkeypatch):
     path, _ = _reference_file(tmp_path, "U8")
     seen = []
 
-    def fake(plan, device, progress):
-        seen.append((plan, device, progress))
+    def fake(sources, device, progress):
+        seen.append((sources, device, progress))
         return {"sentinel": None}
 
-    monkeypatch.setattr(etptr.checkpoint._device, "_load_to_device", fake)
+    monkeypatch.setattr(etptr.checkpoint._load, "_load_to_device", fake)
     report = []
     assert etptr.load_safetensors(path, "cuda:1", progress=lambda d, t: report.append(d)) \
         == {"sentinel": None}
-    (plan, device, progress), = seen
-    assert isinstance(plan, CheckpointPlan) and plan.files[0].path == path
+    (sources, device, progress), = seen
+    assert len(sources) == 1 and sources[0].path == path
+    # an index, or several files, go as their checked plans
+    assert etptr.load_safetensors([path], "cuda:1") == {"sentinel": None}
+    assert [type(f) for f in seen[1][0]] == [FilePlan] and seen[1][0][0].path == path
     assert device == Device("cuda:1") and callable(progress)
     assert etptr.load_safetensors(path, "cuda:1", progress=False) == {"sentinel": None}
-    assert seen[1][2] is None
+    assert seen[2][2] is None
 
 
 # ------------------------------------------------------------------ progress

@@ -145,14 +145,23 @@ def test_device_tensors(tmp_path, host_alloc, monkeypatch):
     transposed = etptr.clone_tensor_ptr_to(
         etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64), dim_order=[1, 0]), "cuda:0")
     fetched = []
-    real = etptr.checkpoint._device._copy_device_bytes
+    batched = etptr.checkpoint._save.d2h_copy
+    alone = etptr.checkpoint._save.clone_tensor_ptr_to_cpu
 
-    def spy(tensors, dsts):
-        assert [d.nbytes for d in dsts] == [t.nbytes for t in tensors]
-        fetched.extend(t.sizes for t in tensors)
-        return real(tensors, dsts)
+    def spy_batch(srcs, outs):
+        # the tensors themselves come down, into CPU tensors of their layout over the file
+        assert all(isinstance(t, etptr.TensorPtr) and not t.device.is_cpu() for t in srcs)
+        assert [(o.sizes, o.scalar_type) for o in outs] == [(t.sizes, t.scalar_type)
+                                                            for t in srcs]
+        fetched.extend(t.sizes for t in srcs)
+        return batched(srcs, outs)
 
-    monkeypatch.setattr(etptr.checkpoint._device, "_copy_device_bytes", spy)
+    def spy_alone(t):
+        fetched.append(t.sizes)
+        return alone(t)
+
+    monkeypatch.setattr(etptr.checkpoint._save, "d2h_copy", spy_batch)
+    monkeypatch.setattr(etptr.checkpoint._save, "clone_tensor_ptr_to_cpu", spy_alone)
     path = tmp_path / "dev.safetensors"
     etptr.save_safetensors(on_device | {"transposed": transposed}, path)
     expected = arrays | {"transposed": np.arange(6, dtype=np.int64).reshape(3, 2).T}
@@ -298,14 +307,14 @@ def test_device_copy_failing_part_way_leaves_nothing(tmp_path, host_alloc, monke
     _only(tmp_path, "ckpt.safetensors")
 
 
-def test_the_device_copy_seam_gets_the_file_pieces(tmp_path, host_alloc, monkeypatch):
+def test_device_tensors_come_down_into_views_of_the_file(tmp_path, host_alloc, monkeypatch):
     t = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
 
-    def write_twos(tensors, dsts):
-        for d in dsts:
-            np.frombuffer(d, np.float32)[:] = 2.0
+    def write_twos(srcs, outs):
+        for o in outs:
+            o.numpy()[...] = 2.0
 
-    monkeypatch.setattr(etptr.checkpoint._device, "_copy_device_bytes", write_twos)
+    monkeypatch.setattr(etptr.checkpoint._save, "d2h_copy", write_twos)
     etptr.save_safetensors({"t": t}, tmp_path / "x.safetensors")
     assert reference_read(tmp_path / "x.safetensors")["t"][2] == np.full(4, 2.0, np.float32).tobytes()
 
@@ -333,7 +342,7 @@ def test_interrupt_part_way_leaves_nothing(tmp_path, monkeypatch):
         if len(calls) == 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(etptr.checkpoint._save._host_copy, "parallel_copy", interrupted)
+    monkeypatch.setattr(etptr.checkpoint._save, "copy_buffer", interrupted)
     with pytest.raises(KeyboardInterrupt):
         etptr.save_safetensors({"a": _GOOD, "b": _GOOD, "c": _GOOD}, tmp_path / "x.safetensors")
     assert len(calls) == 2

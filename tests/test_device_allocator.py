@@ -396,3 +396,96 @@ def test_first_lookups_from_many_threads_wait_for_the_builtin_registration(monke
         da._replace_allocator(DeviceType.CUDA, prev)
     assert len(seen) == 8
     assert all(a is installed for a in seen), seen
+
+
+# ------------------------------------------------------------------ copy_file_to_device
+
+def _file_of(tmp_path, n, seed=0):
+    data = np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8)
+    path = tmp_path / "raw.bin"
+    path.write_bytes(data.tobytes())
+    return path, data
+
+
+def _device_bytes(alloc, ptr, n):
+    out = np.zeros(n, np.uint8)
+    alloc.copy_device_to_host(out.ctypes.data, ptr, n, 0)
+    return out
+
+
+def test_the_generic_file_upload_moves_every_piece(tmp_path, host_alloc):
+    n = (64 << 20) + 12345                          # past one staging group
+    path, data = _file_of(tmp_path, n)
+    dst = host_alloc.allocate(n + 8192, 0)
+    fill = np.full(n + 8192, 0xEE, np.uint8)
+    host_alloc.copy_host_to_device(dst, fill.ctypes.data, fill.nbytes, 0)
+    pieces = [(0, 0, 100), (100, 4096, 0), (100, 4096, n - 100 - 7), (n - 7, n + 5000, 7)]
+    seen, queued = [], []
+    with open(path, "rb") as f:
+        host_alloc.copy_file_to_device(dst, f.fileno(), pieces, 0, progress=seen.append,
+                                       on_queued=lambda: queued.append(seen[:]))
+    got = _device_bytes(host_alloc, dst, n + 8192)
+    assert np.array_equal(got[:100], data[:100])
+    assert np.array_equal(got[4096:4096 + n - 107], data[100:n - 7])
+    assert np.array_equal(got[n + 5000:n + 5007], data[n - 7:])
+    assert (got[100:4096] == 0xEE).all()            # the generic path writes only the pieces
+    assert seen == sorted(seen) and seen[-1] == n and len(seen) == 2
+    assert queued == [seen]                         # once, after every byte was read
+    host_alloc.deallocate(dst, 0)
+
+
+def test_the_generic_file_upload_reports_a_short_file_and_bad_arguments(tmp_path, host_alloc):
+    path, _ = _file_of(tmp_path, 1000)
+    dst = host_alloc.allocate(4096, 0)
+    with open(path, "rb") as f:
+        with pytest.raises(EOFError, match="file ended"):
+            host_alloc.copy_file_to_device(dst, f.fileno(), [(900, 0, 200)], 0)
+        with pytest.raises(etptr.InvalidArgumentError, match=r"pieces\[1\].dst_offset=10"):
+            host_alloc.copy_file_to_device(dst, f.fileno(), [(0, 0, 64), (0, 10, 4)], 0)
+        with pytest.raises(etptr.InvalidArgumentError, match=r"pieces\[0\]=.*expected"):
+            host_alloc.copy_file_to_device(dst, f.fileno(), [(0, 0)], 0)
+        with pytest.raises(etptr.InvalidArgumentError, match="progress"):
+            host_alloc.copy_file_to_device(dst, f.fileno(), [(0, 0, 4)], 0, progress=5)
+        with pytest.raises(etptr.InvalidArgumentError, match="dst must not be null"):
+            host_alloc.copy_file_to_device(0, f.fileno(), [(0, 0, 4)], 0)
+    with pytest.raises(OSError) as info:
+        host_alloc.copy_file_to_device(dst, 1 << 29, [(0, 0, 4)], 0)
+    assert info.value.errno == 9                     # EBADF
+    host_alloc.deallocate(dst, 0)
+    assert host_alloc.live_bytes == 0
+
+
+def test_a_python_allocator_may_override_the_file_upload(tmp_path, empty_cuda_slot):
+    path = tmp_path / "m.safetensors"
+    etptr.save_safetensors({"a": etptr.full([300], 2.5), "b": etptr.ones([7], type="Int")}, path)
+    calls = []
+
+    class Own(HostDeviceAllocator):
+        def copy_file_to_device(self, dst, fd, pieces, index, *, progress=None,
+                                on_queued=None):
+            calls.append(list(pieces))
+            super().copy_file_to_device(dst, fd, pieces, index, progress=progress,
+                                        on_queued=on_queued)
+
+    with use_allocator(Own()):
+        out = etptr.load_safetensors(path, "cuda", progress=False)
+        assert etptr.clone_tensor_ptr_to_cpu(out["a"]).numpy().tolist() == [2.5] * 300
+        assert etptr.clone_tensor_ptr_to_cpu(out["b"]).numpy().tolist() == [1] * 7
+    assert len(calls) == 1                           # one call per file
+
+
+def test_import_etptr_imports_no_cuda_module():
+    proc = run_isolated("""
+        import os, sys, tempfile
+        import etptr
+        assert not [m for m in sys.modules if m.startswith("etptr.cuda")], sys.modules
+        from etptr.testing import HostDeviceAllocator, use_allocator
+        path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
+        etptr.save_safetensors({"w": etptr.ones([4])}, path)
+        with use_allocator(HostDeviceAllocator()):
+            etptr.load_safetensors(path, "cuda")
+            etptr.save_safetensors(etptr.load_safetensors(path, "cuda"), path)
+        print(sorted(m for m in sys.modules if m.startswith("etptr.cuda")))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

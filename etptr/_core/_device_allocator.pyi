@@ -1,4 +1,5 @@
 """Type stubs for etptr._core._device_allocator: DeviceAllocator and its registry."""
+from collections.abc import Callable, Iterable
 from typing import Any, Final, final
 
 from typing_extensions import Buffer, disjoint_base
@@ -18,6 +19,19 @@ class DeviceAllocator:
     def copy_device_to_host(self, dst: int, src: int, nbytes: int, index: int) -> None: ...
     def resolve_index(self, index: int) -> int: ...
     def allocate_host(self, nbytes: int, index: int) -> Buffer | None: ...
+    def copy_file_to_device(
+        self,
+        dst: int,
+        fd: int,
+        pieces: Iterable[tuple[int, int, int]],
+        index: int,
+        *,
+        progress: Callable[[int], object] | None = None,
+        on_queued: Callable[[], object] | None = None,
+    ) -> None: ...
+
+@final
+class FilePieces: ...
 
 @final
 class DeviceAllocatorRegistry:

@@ -9,9 +9,21 @@ The rest of etptr reaches an allocator through its C-level methods
 call its Python methods and check what comes back (an address that is not an
 address is refused, and never freed); the compiled CUDA allocator overrides
 them with direct calls into the copy engine.
+
+Beyond ExecuTorch's interface an allocator has capabilities with generic
+defaults built on it, which an allocator may override with a faster path:
+batched copies (``c_copy_h2d_batch`` / ``c_copy_d2h_batch``: one copy each
+by default), page-locked landing memory (``allocate_host``: none by default)
+and :meth:`DeviceAllocator.copy_file_to_device`, which uploads byte ranges of
+an open file (the checkpoint loader's one device path): by default the copy
+threads read the ranges into a host staging buffer and the batched copy takes
+them up from there.
 """
 cimport cython
 from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
+
+import os
 
 import inspect
 import threading
@@ -19,9 +31,10 @@ import weakref
 
 from etptr._core._codes cimport (
     DEFAULT_ALIGNMENT_BYTES, DEVICE_ALIGNMENT_BYTES, DEVICE_CPU, DEVICE_CUDA)
-from etptr._core._args cimport c_int_arg, c_result_int, c_type_name
+from etptr._core._args cimport c_count_arg, c_int_arg, c_result_int, c_type_name
 from etptr._core._device cimport Device, c_device
 from etptr._core._error cimport raise_error
+from etptr._core._host_copy cimport FILL_PIECES, Segment, c_cpu_count, c_par_copy_list
 
 from etptr._core._device import DeviceType
 from etptr._core._error import Error
@@ -160,6 +173,54 @@ cdef class DeviceAllocator:
         """
         return None
 
+    def copy_file_to_device(self, dst, fd, pieces, index, *, progress=None, on_queued=None):
+        """Copy byte ranges of an open file into device memory (the checkpoint loader's
+        upload: :func:`etptr.load_safetensors` moves every file's tensors this way).
+
+        The generic default, for every allocator: the copy threads read the pieces
+        (``pread``, in groups of up to 64 MiB) into a host staging buffer, and the
+        allocator's batched host -> device copy takes each group up; nothing of the
+        file is mapped, so a file truncated meanwhile gives an error, never SIGBUS.
+        An allocator may override it with a faster path (the CUDA allocator reads
+        straight into its pinned slots while the previous slot's DMA runs).
+
+        Parameters
+        ----------
+        dst : int, device address the offsets count from
+        fd : int, a file descriptor open for reading
+        pieces : sequence of (file_offset, dst_offset, nbytes), ints in bytes;
+            ``dst_offset`` increasing and pieces not overlapping on the device side;
+            pieces of 0 bytes are skipped. Device bytes in the gaps between pieces may
+            be overwritten with unspecified values (the CUDA path moves the range as one)
+        index : int, device index (-1 = current device)
+        progress : callable, optional
+            Called as ``progress(done_bytes)`` (bytes of the pieces copied so far) from
+            inside the copy, as it advances; an exception it raises ends the copy and
+            propagates.
+        on_queued : callable, optional
+            Called with no arguments once the whole file has been read (an override may
+            call it while the last device copies still run). The copy is complete on
+            return, also when it raised; its exception propagates.
+
+        Raises
+        ------
+        InvalidArgumentError
+            A negative value, a piece that is not a 3-tuple, pieces out of order or
+            overlapping, a null ``dst`` with pieces, a callable argument that is not
+            callable; nothing has moved.
+        InvalidTypeError
+            A value that is not an integer.
+        OSError
+            A read failed; ``EOFError``: the file ended before a piece did (it was
+            truncated). The device range may then hold part of the data.
+        """
+        cdef FilePieces fp = c_file_pieces(pieces, dst, progress, on_queued)
+        cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
+        cdef int dev = self.c_resolve_index(<int>c_int_arg(index, "index", -1, 127))
+        _copy_file_generic(self, <uintptr_t>c_count_arg(dst, "dst"), f, fp, dev, progress)
+        if on_queued is not None:
+            on_queued()
+
     # -------------------------------------------------------------- C level
     cdef uintptr_t c_allocate(self, int64_t nbytes, int index, int64_t alignment,
                               object stream) except? 0:
@@ -203,9 +264,10 @@ cdef class DeviceAllocator:
         return 0
 
     cdef int c_copy_h2d_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream, bint padded) except -1:
+                              int64_t count, int index, object stream, int facts) except -1:
         """``count`` host -> device copies (the base: one ``copy_host_to_device`` each).
-        ``padded``: the bytes between the destinations are the caller's padding, which a
+        ``facts``: what the caller knows of the pieces (the BATCH_ flags); with
+        BATCH_PADDED the bytes between the destinations are the caller's padding, which a
         copy may overwrite (a batched clone's fresh allocation); else they are kept."""
         cdef int64_t i
         for i in range(count):
@@ -213,9 +275,9 @@ cdef class DeviceAllocator:
         return 0
 
     cdef int c_copy_d2h_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream, bint padded) except -1:
+                              int64_t count, int index, object stream, int facts) except -1:
         """``count`` device -> host copies (the base: one ``copy_device_to_host`` each);
-        ``padded`` as for :meth:`c_copy_h2d_batch`."""
+        ``facts`` as for :meth:`c_copy_h2d_batch`."""
         cdef int64_t i
         for i in range(count):
             self.c_copy_d2h(dst[i], src[i], n[i], index, stream)
@@ -230,6 +292,131 @@ cdef class DeviceAllocator:
         return <int>c_result_int(r, f"{c_type_name(self)}.resolve_index({index})",
                                  "an int device index", "; expected a device index in 0..127",
                                  0, 127)
+
+
+# ------------------------------------------------------------------ file uploads
+
+@cython.final
+cdef class FilePieces:
+    """The checked pieces of a file upload: piece i is ``nbytes[i]`` bytes at byte
+    ``file_offset[i]`` of the file, to ``dst_offset[i]`` bytes past the destination
+    (increasing, not overlapping, each > 0)."""
+
+    def __dealloc__(self):
+        free(self.file_offset)
+        free(self.dst_offset)
+        free(self.nbytes)
+
+
+cdef FilePieces c_file_pieces(object pieces, object dst, object progress, object on_queued):
+    """``pieces`` of :meth:`DeviceAllocator.copy_file_to_device` checked into C arrays
+    (with ``dst``, ``progress`` and ``on_queued``): every refusal before anything moves."""
+    cdef FilePieces fp = FilePieces.__new__(FilePieces)
+    cdef list items = list(pieces)
+    cdef Py_ssize_t count = len(items), i
+    cdef int64_t end = 0, o, at, n
+    if progress is not None and not callable(progress):
+        raise_error(Error.InvalidArgument,
+                    f"progress (a {type(progress).__name__}): expected a callable or None")
+    if on_queued is not None and not callable(on_queued):
+        raise_error(Error.InvalidArgument,
+                    f"on_queued (a {type(on_queued).__name__}): expected a callable or None")
+    fp.file_offset = <int64_t*>malloc((count + 1) * sizeof(int64_t))
+    fp.dst_offset = <int64_t*>malloc((count + 1) * sizeof(int64_t))
+    fp.nbytes = <int64_t*>malloc((count + 1) * sizeof(int64_t))
+    if fp.file_offset == NULL or fp.dst_offset == NULL or fp.nbytes == NULL:
+        raise MemoryError()
+    for i in range(count):
+        item = items[i]
+        if not isinstance(item, (tuple, list)) or len(item) != 3:
+            raise_error(Error.InvalidArgument, f"pieces[{i}]={item!r:.80}: expected "
+                                               f"(file_offset, dst_offset, nbytes)")
+        a, b, c = item
+        o = c_count_arg(a, f"pieces[{i}].file_offset")
+        at = c_count_arg(b, f"pieces[{i}].dst_offset")
+        n = c_count_arg(c, f"pieces[{i}].nbytes")
+        if n == 0:
+            continue
+        if at < end:
+            raise_error(Error.InvalidArgument,
+                        f"pieces[{i}].dst_offset={at}: overlaps or precedes the previous "
+                        f"piece, which ends at {end}")
+        if o > INT64_MAX - n or at > INT64_MAX - n:
+            raise_error(Error.InvalidArgument, f"pieces[{i}]: offset + nbytes overflows")
+        fp.file_offset[fp.count] = o
+        fp.dst_offset[fp.count] = at
+        fp.nbytes[fp.count] = n
+        end = at + n
+        fp.count += 1
+    if fp.count and c_count_arg(dst, "dst") == 0:
+        raise_error(Error.InvalidArgument, "dst must not be null")
+    return fp
+
+
+cdef int64_t _STAGING_BYTES = 64 << 20     # the generic upload's staging buffer, at most
+
+
+cdef int _copy_file_generic(DeviceAllocator alloc, uintptr_t dst, int fd, FilePieces fp,
+                            int index, object progress) except -1:
+    """The default :meth:`DeviceAllocator.copy_file_to_device`: groups of pieces read into
+    a staging buffer by the copy threads, each group one batched copy up."""
+    cdef int64_t total = 0, done = 0, used, i = 0, j, k, part, start, rc
+    cdef int threads = min(16, c_cpu_count())
+    for j in range(fp.count):
+        total += fp.nbytes[j]
+    if total == 0:
+        return 0
+    size = total if total < _STAGING_BYTES else _STAGING_BYTES
+    staging = bytearray(size)
+    cdef unsigned char[::1] view = staging
+    cdef uintptr_t base = <uintptr_t>&view[0]
+    cdef int64_t cap = fp.count + 1
+    cdef Segment* segs = <Segment*>malloc(cap * sizeof(Segment))
+    cdef uintptr_t* dsts = <uintptr_t*>malloc(cap * sizeof(uintptr_t))
+    cdef uintptr_t* srcs = <uintptr_t*>malloc(cap * sizeof(uintptr_t))
+    cdef int64_t* lens = <int64_t*>malloc(cap * sizeof(int64_t))
+    cdef int64_t offset = 0            # bytes of piece i already copied
+    try:
+        if segs == NULL or dsts == NULL or srcs == NULL or lens == NULL:
+            raise MemoryError()
+        while i < fp.count:
+            used = 0
+            k = 0
+            while i < fp.count and used < size and k < cap:
+                part = fp.nbytes[i] - offset
+                if part > size - used:
+                    part = size - used
+                start = fp.file_offset[i] + offset
+                segs[k].dst = <char*>(base + <uintptr_t>used)
+                segs[k].src = <const char*><uintptr_t>start
+                segs[k].n = part
+                segs[k].fd = fd
+                dsts[k] = dst + <uintptr_t>(fp.dst_offset[i] + offset)
+                srcs[k] = base + <uintptr_t>used
+                lens[k] = part
+                used += part
+                k += 1
+                offset += part
+                if offset == fp.nbytes[i]:
+                    i += 1
+                    offset = 0
+            with nogil:
+                rc = c_par_copy_list(segs, k, threads, False, FILL_PIECES, 0)
+            if rc == -1:
+                raise EOFError(f"the file ended before the piece at file offset "
+                               f"{<int64_t><uintptr_t>segs[0].src} did (it was truncated?)")
+            if rc != 0:
+                raise OSError(rc, f"{os.strerror(rc)} (reading the file's pieces)")
+            alloc.c_copy_h2d_batch(dsts, srcs, lens, k, index, None, 0)
+            done += used
+            if progress is not None:
+                progress(done)
+    finally:
+        free(segs)
+        free(dsts)
+        free(srcs)
+        free(lens)
+    return 0
 
 
 # ------------------------------------------------------------------ registry

@@ -17,7 +17,9 @@ from libc.stdlib cimport free, malloc
 from etptr._core._codes cimport (
     DEFAULT_ALIGNMENT_BYTES, DEVICE_ALIGNMENT_BYTES, DEVICE_CPU, align_up)
 from etptr._core._device cimport Device, c_device, c_make_device
-from etptr._core._device_allocator cimport DeviceAllocator, c_allocator_for
+from etptr._core._device_allocator cimport (
+    BATCH_DEVICE_ONE_ALLOCATION, BATCH_HOST_ALLOCATED, BATCH_HOST_ONE_ALLOCATION, BATCH_PADDED,
+    DeviceAllocator, c_allocator_for)
 from etptr._core._error cimport raise_error
 from etptr._core._metadata cimport Metadata, c_nbytes, c_tuple64, c_tuple8
 from etptr._core._storage cimport (
@@ -50,6 +52,44 @@ cdef DeviceAllocator _owner_allocator(TensorPtr t, int* index):
     alloc = c_allocator_for(t.c_device.c_type, t.c_device.c_index, "tensor.device")
     index[0] = alloc.c_resolve_index(t.c_device.c_index)
     return alloc
+
+
+cdef Storage _landing(DeviceAllocator alloc, int64_t nbytes, int index, bint pinned):
+    """Host memory a device -> host clone lands in: the allocator's ``allocate_host``
+    memory (page-locked, for CUDA) with ``pinned``, when it gives some, else pageable."""
+    cdef Storage s
+    host = alloc.c_allocate_host(nbytes, index) if pinned and nbytes else None
+    if host is None:
+        return c_host_storage(nbytes)
+    s = c_export_storage(host, nbytes, True, f"{c_type_name(alloc)}.allocate_host")
+    s.c_host_of = alloc
+    return s
+
+
+cdef int _facts(list devs, list hosts, DeviceAllocator alloc) except -1:
+    """What the batch layer may know without asking the driver (the BATCH_ flags): the
+    tensors of ``devs`` (the device sides) share one allocation of ``alloc``; those of
+    ``hosts`` share one allocation; every host side is ``alloc``'s allocate_host memory.
+    Tensors of 0 bytes are not in the lists."""
+    cdef int facts = BATCH_DEVICE_ONE_ALLOCATION | BATCH_HOST_ONE_ALLOCATION | \
+        BATCH_HOST_ALLOCATED
+    cdef Storage first = (<TensorPtr>devs[0]).c_storage
+    cdef Storage s
+    cdef TensorPtr t
+    if first.c_allocator is not alloc:
+        facts &= ~BATCH_DEVICE_ONE_ALLOCATION
+    for t in devs:
+        if t.c_storage is not first:
+            facts &= ~BATCH_DEVICE_ONE_ALLOCATION
+            break
+    first = (<TensorPtr>hosts[0]).c_storage
+    for t in hosts:
+        s = t.c_storage
+        if s is not first:
+            facts &= ~BATCH_HOST_ONE_ALLOCATION
+        if s.c_host_of is not alloc:
+            facts &= ~BATCH_HOST_ALLOCATED
+    return facts
 
 
 cdef TensorPtr c_clone_to(TensorPtr src, Device dst, object stream, bint pinned):
@@ -88,12 +128,7 @@ cdef TensorPtr c_clone_to(TensorPtr src, Device dst, object stream, bint pinned)
                 _fail_after_taking(s, exc)
         return out
     alloc = _owner_allocator(src, &index)
-    host = alloc.c_allocate_host(nbytes, index) if pinned else None
-    if host is None:
-        s = c_host_storage(nbytes)
-    else:
-        s = c_export_storage(host, nbytes, True, f"{c_type_name(alloc)}.allocate_host")
-        host = None
+    s = _landing(alloc, nbytes, index, pinned)
     out = c_new_tensor(meta, type, dynamism, c_cpu(), s, s.c_ptr, False)
     if nbytes:
         alloc.c_copy_d2h(s.c_ptr, data, nbytes, index, stream)
@@ -287,6 +322,8 @@ cdef object _copy_into(object src, object out, object stream, bint h2d):
     cdef int index = 0, index_i
     cdef _Pieces p
     cdef int64_t k = 0, nbytes
+    cdef int facts
+    cdef list moving_dev, moving_host
     if isinstance(src, TensorPtr):
         # one pair: no lists, no arrays
         a = <TensorPtr>src
@@ -311,6 +348,8 @@ cdef object _copy_into(object src, object out, object stream, bint h2d):
                     f"src has {len(srcs)} tensors but out has {len(outs)}")
     count = len(srcs)
     p = _pieces(count)
+    moving_dev = []
+    moving_host = []
     for i in range(count):           # every check before any user code or byte moves
         a = <TensorPtr>srcs[i]
         b = <TensorPtr>outs[i]
@@ -341,12 +380,15 @@ cdef object _copy_into(object src, object out, object stream, bint h2d):
         p.src[k] = <uintptr_t>a.c_data
         p.n[k] = nbytes
         k += 1
+        moving_dev.append(dev_t)
+        moving_host.append(a if h2d else b)
     p.count = k
     if k:
+        facts = _facts(moving_dev, moving_host, alloc)
         if h2d:
-            alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream, False)
+            alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream, facts)
         else:
-            alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream, False)
+            alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream, facts)
     return outs
 
 
@@ -445,6 +487,7 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
     cdef DeviceAllocator alloc
     cdef int index
     cdef Storage s
+    cdef list moved, made
     cdef bint h2d = dst.c_type != DEVICE_CPU
     cdef Device where = dst if h2d else c_cpu()
     if count == 0:
@@ -497,26 +540,27 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
                     raise_error(Error.InvalidArgument,
                                 f"tensors[{i}]: its memory belongs to another allocator or "
                                 f"device than tensors[0]'s")
-            host = alloc.c_allocate_host(total, index) if pinned and total else None
-            if host is None:
-                s = c_host_storage(total)
-            else:
-                s = c_export_storage(host, total, True, f"{c_type_name(alloc)}.allocate_host")
-                host = None
+            s = _landing(alloc, total, index, pinned)
         k = 0
+        moved = []
+        made = []
         for i in range(count):
             r = <TensorPtr>results[i]
             c_set_memory(r, s, s.c_ptr + <uintptr_t>offsets[i], False)
             if r.c_numel:
                 p.dst[k] = s.c_ptr + <uintptr_t>offsets[i]
                 k += 1
+                moved.append(items[i])
+                made.append(r)
         try:
             if k:
+                # the results' padding (up to the next 256-byte multiple) is ours
                 if h2d:
-                    # the results' padding (up to the next 256-byte multiple) is ours
-                    alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream, True)
+                    alloc.c_copy_h2d_batch(p.dst, p.src, p.n, k, index, stream,
+                                           BATCH_PADDED | _facts(made, moved, alloc))
                 else:
-                    alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream, True)
+                    alloc.c_copy_d2h_batch(p.dst, p.src, p.n, k, index, stream,
+                                           BATCH_PADDED | _facts(moved, made, alloc))
         except BaseException as exc:
             results = None
             _fail_after_taking(s, exc)

@@ -5,6 +5,7 @@ from typing import Any, Literal, final
 from typing_extensions import Self
 
 from etptr._core._device import Device, _DeviceLike
+from etptr._core._device_allocator import DeviceAllocator
 from etptr._core._scalar_type import _ScalarTypeLike
 from etptr._core._tensor_ptr import TensorPtr, _DynamismLike, _Ints
 
@@ -21,6 +22,8 @@ class DeviceMemoryBuffer:
     def nbytes(self) -> int: ...
     @property
     def device(self) -> Device: ...
+    @property
+    def allocator(self) -> DeviceAllocator: ...
     @property
     def closed(self) -> bool: ...
     def tensor(

@@ -111,6 +111,11 @@ cdef class DeviceMemoryBuffer:
         return self.c_device
 
     @property
+    def allocator(self):
+        """The :class:`~etptr.DeviceAllocator` that allocated the memory (and frees it)."""
+        return self.c_allocator
+
+    @property
     def closed(self):
         """True after :meth:`close`: no new views can be made."""
         return self.c_storage is None

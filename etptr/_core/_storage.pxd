@@ -13,6 +13,7 @@ cdef class Storage:
     cdef object c_deleter             # deleter(address), called once at release
     cdef DeviceAllocator c_allocator  # frees c_ptr through c_deallocate(ptr, c_index)
     cdef int c_index
+    cdef DeviceAllocator c_host_of    # the allocator whose allocate_host gave this host memory
     cdef bint c_released              # given back (during a garbage collection)
 
     cdef int c_release(self) except -1

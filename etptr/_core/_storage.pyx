@@ -32,6 +32,7 @@ import warnings
 
 import numpy as np
 
+from etptr._core._codes cimport DEVICE_CUDA
 from etptr._core._args cimport c_type_name
 from etptr._core._device_allocator cimport DeviceAllocator, c_get_allocator
 from etptr._core._error cimport raise_error
@@ -227,7 +228,8 @@ cdef Storage c_device_storage(DeviceAllocator alloc, int64_t nbytes, int index,
 
 cdef Storage c_pinned_storage(int64_t nbytes, int index):
     """Page-locked host memory from the CUDA allocator's ``allocate_host`` hook."""
-    cdef DeviceAllocator alloc = c_get_allocator(1)
+    cdef DeviceAllocator alloc = c_get_allocator(DEVICE_CUDA)
+    cdef Storage s
     if alloc is None:
         raise_error(Error.NotFound,
                     "pinned=True: page-locked memory comes from the CUDA DeviceAllocator, and "
@@ -238,4 +240,6 @@ cdef Storage c_pinned_storage(int64_t nbytes, int index):
             raise_error(Error.NotSupported,
                         f"pinned=True: {c_type_name(alloc)}.allocate_host gives no page-locked memory")
         return c_host_storage(0)
-    return c_export_storage(host, nbytes, True, f"{c_type_name(alloc)}.allocate_host")
+    s = c_export_storage(host, nbytes, True, f"{c_type_name(alloc)}.allocate_host")
+    s.c_host_of = alloc
+    return s

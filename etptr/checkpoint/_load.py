@@ -1,29 +1,59 @@
-"""``load_safetensors``: a checkpoint's tensors as TensorPtrs, on the CPU or a device."""
+"""``load_safetensors``: a checkpoint's tensors as TensorPtrs, on the CPU or a device.
+
+Three destinations, one function each:
+
+* ``"cpu"``: read-only views of a map of each file (:func:`_load_mapped`);
+* ``"cpu"`` with ``pinned=True``: one page-locked block per file, read into by the
+  copy threads (:func:`_load_pinned`);
+* a device: one :class:`~etptr.DeviceMemoryBuffer` per file, laid out by
+  :func:`~etptr.checkpoint._layout.layout_file` (every tensor at a 256-byte
+  multiple), filled by the device's allocator from the open file
+  (:meth:`~etptr.DeviceAllocator.copy_file_to_device`: the registry's capability,
+  whose CUDA override reads the file straight into pinned slots while the
+  previous slot's DMA runs), the tensors made as views of it once the file has
+  been read, while the last copies may still run (:func:`_load_to_device`). The
+  same path serves every allocator; it names no allocator class.
+
+A lone file of up to :data:`EARLY_UPLOAD_MAX` bytes of data, loaded whole onto a
+device, whose header puts every tensor at a multiple of 256 bytes (read from the
+header's bytes, unchecked) starts its upload before its header is checked: its
+data section is its device layout, so the copy and the check overlap. Where the
+checked layout turns out to be another after all, that buffer is given back and
+the file loads as the others do; a malformed header raises once the copy is
+complete, with the buffer given back (and before any error of the allocation or
+the copy).
+"""
 from __future__ import annotations
 
-from collections.abc import Iterable
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from etptr._core._device import Device, DeviceType, as_device
+from etptr._core._device_allocator import DEVICE_ALIGNMENT
+from etptr._core._device_memory import DeviceMemoryBuffer
 from etptr._core._error import EtError
-from etptr._core._scalar_type import ScalarType
+from etptr._core._host_copy import parallel_read
 from etptr._core._make_tensor_ptr import make_tensor_ptr
+from etptr._core._scalar_type import ScalarType
 from etptr._core._tensor_ptr import TensorPtr
 from etptr._core._tensor_ptr_maker import empty
-from etptr.checkpoint import _device
 from etptr.checkpoint._errors import CheckpointError
-from etptr.checkpoint._host import host_view, map_file
-from etptr.checkpoint._layout import layout_file
+from etptr.checkpoint._file import check_unchanged, host_view, map_file, open_checked
+from etptr.checkpoint._format import FilePlan, _read_header_bytes, plan_from_header
+from etptr.checkpoint._header_scan import offsets_aligned
+from etptr.checkpoint._layout import CopyRun, FileLayout, layout_file
 from etptr.checkpoint._plan import CheckpointPlan, PathsLike, _as_path, read_plan
 from etptr.checkpoint._progress import Progress, ProgressArg, check_progress, reporter
 
 __all__ = ["load_safetensors"]
 
-# Pinned copies go in pieces of this many bytes, so progress moves on large tensors.
-_COPY_PIECE = 64 << 20
+#: A lone file with up to this many bytes of data goes up while its header is checked.
+EARLY_UPLOAD_MAX = 256 << 20
 
 
 def _load_mapped(plan: CheckpointPlan, progress: Progress | None) -> dict[str, TensorPtr]:
@@ -45,31 +75,180 @@ def _load_mapped(plan: CheckpointPlan, progress: Progress | None) -> dict[str, T
 
 def _load_pinned(plan: CheckpointPlan, progress: Progress | None) -> dict[str, TensorPtr]:
     layouts = [layout_file(f) for f in plan.files]
-    # every block first: a missing CUDA allocator fails before any file is mapped
+    # every block first: a missing CUDA allocator fails before any file is opened
     blocks = [empty([lay.nbytes], ScalarType.Byte, pinned=True) for lay in layouts]
     if not blocks:
         empty([0], ScalarType.Byte, pinned=True)   # the same NotFoundError for an empty load
     out: dict[str, TensorPtr] = {}
     total = plan.nbytes
     done = 0
+    threads = min(16, os.cpu_count() or 1)
     for f, lay, block in zip(plan.files, layouts, blocks):
-        mapped = map_file(f)
         dst: Any = block.numpy()
-        for run in lay.runs:
-            assert mapped is not None
-            for piece in range(0, run.nbytes, _COPY_PIECE):
-                n = min(_COPY_PIECE, run.nbytes - piece)
-                b = run.buffer_offset + piece
-                dst[b:b + n] = np.frombuffer(mapped, np.uint8, n, run.file_offset + piece)
-                done += n
-                if progress is not None:
-                    progress(done, total)
-        del mapped
+        if lay.runs:
+            base = block.data_ptr
+            fd = open_checked(f)
+            try:
+                try:
+                    parallel_read(fd, [(base + r.buffer_offset, r.file_offset, r.nbytes)
+                                       for r in lay.runs], threads)
+                except (OSError, EOFError) as exc:
+                    raise CheckpointError(f"{f.path}: reading the data failed, the file "
+                                          f"changed while loading? ({exc})") from None
+                check_unchanged(f, fd)
+            finally:
+                os.close(fd)
+            done += f.nbytes
+            if progress is not None:
+                progress(done, total)
         for t, offset in zip(f.tensors, lay.offsets):
             out[t.name] = make_tensor_ptr(list(t.shape), dst[offset:offset + t.nbytes],
                                           type=t.scalar_type)
     if progress is not None and done == 0:
         progress(0, total)
+    return out
+
+
+@dataclass(frozen=True)
+class _Unchecked:
+    """A lone file whose header bytes have been read but not yet checked."""
+
+    path: Path
+    raw: bytes
+    size: int
+    identity: Any
+
+    def checked(self) -> FilePlan:
+        return plan_from_header(self.path, self.raw, self.size, self.identity)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the data section (all of it is the tensors', once checked)."""
+        return self.size - 8 - len(self.raw)
+
+    def opened(self) -> FilePlan:
+        """What :func:`~etptr.checkpoint._file.open_checked` needs: the file's size and
+        identity (no tensors yet)."""
+        data_offset = 8 + len(self.raw)
+        return FilePlan(self.path, self.size, data_offset, self.size - data_offset, (), None,
+                        self.identity)
+
+
+def _early(path: Path) -> _Unchecked | FilePlan:
+    """A lone file's header, read once: unchecked when its data section may go up while
+    the header is checked (up to EARLY_UPLOAD_MAX bytes of data, every tensor at a
+    256-byte multiple), else its checked plan."""
+    raw, size, identity = _read_header_bytes(path)
+    data_size = size - 8 - len(raw)
+    if 0 < data_size <= EARLY_UPLOAD_MAX and offsets_aligned(raw, DEVICE_ALIGNMENT):
+        return _Unchecked(path, raw, size, identity)
+    return plan_from_header(path, raw, size, identity)
+
+
+def _file_to_device(source: FilePlan | _Unchecked, device: Device,
+                    advance: Callable[[int], None] | None) -> dict[str, TensorPtr] | FilePlan:
+    """One file's tensors on ``device``, as views of one DeviceMemoryBuffer, or, for an
+    unchecked file whose checked layout is not its data section, that plan (the buffer is
+    given back; the caller loads it again as a checked file)."""
+    if isinstance(source, FilePlan):
+        plan: FilePlan | None = source
+        layout = layout_file(source, DEVICE_ALIGNMENT)
+        opened = source
+    else:
+        plan = None
+        opened = source.opened()
+        whole = CopyRun(opened.data_offset, 0, opened.data_size)
+        layout = FileLayout((), (), (whole,), opened.data_size, DEVICE_ALIGNMENT)
+    checked: list[FilePlan] = []
+    views: list[TensorPtr] = []
+    fd = -1
+    try:
+        with DeviceMemoryBuffer.create(layout.nbytes, device, alignment=DEVICE_ALIGNMENT) as buf:
+
+            def read_then_view() -> None:
+                # the file has been read; its last device copies may run meanwhile
+                p = plan if plan is not None else source.checked()   # type: ignore[union-attr]
+                check_unchanged(p, fd)
+                checked.append(p)
+                own = layout_file(p, DEVICE_ALIGNMENT)
+                if plan is None and (own.runs != layout.runs or own.nbytes != layout.nbytes):
+                    return                       # another layout: the caller loads the plan
+                views.extend(buf._views(own.offsets, [t.shape for t in p.tensors],
+                                        [t.scalar_type for t in p.tensors]))
+
+            if not layout.runs:
+                read_then_view()
+            else:
+                fd = open_checked(opened)
+                pieces = [(r.file_offset, r.buffer_offset, r.nbytes) for r in layout.runs]
+                try:
+                    buf.allocator.copy_file_to_device(buf.data_ptr, fd, pieces,
+                                                      buf.device.index, progress=advance,
+                                                      on_queued=read_then_view)
+                except (OSError, EOFError) as exc:
+                    raise CheckpointError(f"{opened.path}: reading the data failed, the file "
+                                          f"changed while loading? ({exc})") from None
+            if len(views) != len(checked[0].tensors):
+                return checked[0]                # another layout: the buffer goes back
+            return dict(zip([t.name for t in checked[0].tensors], views))
+    except BaseException as exc:
+        views.clear()                # a traceback keeps this frame: let go of the buffer
+        if isinstance(exc, Exception) and plan is None and not checked:
+            # failed before the header was checked (device memory, the copy, the file
+            # changed): a malformed header is the error, as where it is checked first
+            try:
+                source.checked()     # type: ignore[union-attr]
+            except CheckpointError as bad:
+                raise bad from None
+        raise
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _load_to_device(sources: list[FilePlan | _Unchecked], device: Device,
+                    progress: Progress | None) -> dict[str, TensorPtr]:
+    """Every tensor of ``sources`` (checked plans, or one unchecked lone file) on
+    ``device``, one device buffer per file, through the device's registered allocator.
+
+    ``progress(done_bytes, total_bytes)`` is called from inside each file's copy as it
+    advances, and once with ``done == total`` at the end.
+
+    Raises
+    ------
+    NotFoundError
+        No allocator is registered for ``device``.
+    CheckpointError
+        A malformed header (of an unchecked file), or a file changed since its header
+        was read, or while it was read.
+    MemoryAllocationError
+        Device memory ran out; every buffer taken so far is given back.
+    """
+    total = sum(s.nbytes for s in sources)
+    done = 0
+    shown = [-1]
+    out: dict[str, TensorPtr] = {}
+
+    def advance_by(base: int) -> Callable[[int], None] | None:
+        def advance(n: int) -> None:
+            assert progress is not None
+            shown[0] = min(base + n, total)
+            progress(shown[0], total)
+        return advance if progress is not None else None
+
+    try:
+        for source in sources:
+            got = _file_to_device(source, device, advance_by(done))
+            if isinstance(got, FilePlan):
+                got = _file_to_device(got, device, advance_by(done))
+            assert isinstance(got, dict)
+            out.update(got)
+            done += source.nbytes
+    except BaseException:
+        out.clear()                  # a traceback keeps this frame: let go of the buffers
+        raise
+    if progress is not None and shown[0] != total:
+        progress(total, total)
     return out
 
 
@@ -87,7 +266,7 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
 
     Every header is read and checked first, and nothing is mapped or
     allocated until the whole checkpoint has passed, except for one file of up
-    to 256 MiB of data loaded whole onto CUDA: its data section goes up while
+    to 256 MiB of data loaded whole onto a device: its data section goes up while
     its header is checked (a malformed header then raises once that copy is
     complete, after giving its device memory back).
 
@@ -136,15 +315,14 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
 
     Notes
     -----
-    Onto CUDA (the registered ``CudaAllocator``) the copy threads read each file
-    with ``pread`` straight into pinned slots: a file truncated or written to
-    while it is read gives a CheckpointError and nothing stays allocated. For
-    ``"cpu"``, ``pinned=True`` and other allocators the data is read through a
-    map of each file, as ``numpy.memmap`` and the ``safetensors`` library read
-    it: a file that another process truncates while it is mapped (during such
-    a load, or while ``"cpu"`` views of it live) ends the process with SIGBUS.
-    A file replaced by another between reading the header and opening it is
-    refused (CheckpointError).
+    Onto a device and with ``pinned=True`` the file is read (``pread``), not
+    mapped: a file truncated or written to while it is read gives a
+    CheckpointError and nothing stays allocated. For ``"cpu"`` the tensors are
+    views of a map of each file, as ``numpy.memmap`` and the ``safetensors``
+    library read it: a file that another process truncates while its views
+    live ends the process with SIGBUS when they are read. A file replaced by
+    another between reading the header and opening it is refused
+    (CheckpointError).
 
     Examples
     --------
@@ -164,21 +342,16 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
     checked = check_progress(progress)
     if not isinstance(paths, (list, tuple)):
         paths = _as_path(paths, "paths")          # one fspath: the path is read once
-    plan: CheckpointPlan | None = None
     if isinstance(paths, Path) and not paths.name.endswith(".json") and names is None \
             and not dev.is_cpu():
-        loaded = _device.load_file_overlapped(paths, dev, checked)
-        if isinstance(loaded, dict):
-            return loaded
-        if loaded is not None:       # checked already: another layout than the file's
-            plan = CheckpointPlan((loaded,))
-    if plan is None:
+        sources: list[FilePlan | _Unchecked] = [_early(paths)]
+    else:
         plan = read_plan(paths)
         if names is not None:
             plan = plan.select(names)
-    with reporter(checked, plan.nbytes, f"loading to {dev}") as report:
-        if not dev.is_cpu():
-            return _device._load_to_device(plan, dev, report)
-        if pinned:
-            return _load_pinned(plan, report)
-        return _load_mapped(plan, report)
+        if dev.is_cpu():
+            with reporter(checked, plan.nbytes, "loading to cpu") as report:
+                return _load_pinned(plan, report) if pinned else _load_mapped(plan, report)
+        sources = list(plan.files)
+    with reporter(checked, sum(s.nbytes for s in sources), f"loading to {dev}") as report:
+        return _load_to_device(sources, dev, report)

@@ -19,12 +19,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from etptr._core import _host_copy
 from etptr._core._device_allocator import get_device_allocator
+from etptr._core._device_copy import clone_tensor_ptr_to_cpu, d2h_copy
 from etptr._core._error import NotFoundError
+from etptr._core._host_copy import copy_buffer
 from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._tensor_ptr import TensorPtr
-from etptr.checkpoint import _device
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import DTYPE_NAMES, MAX_HEADER_BYTES, SAFETENSORS_DTYPES, dtype_rank
 
@@ -139,38 +139,55 @@ def _header(order: list[_Item], metadata: dict[str, str] | None) -> bytes:
     return len(text).to_bytes(8, "little") + text
 
 
-def _fill(mapped: memoryview, base: int, offset: int, order: list[_Item]) -> None:
+#: Bytes of device tensors fetched per batched copy while saving.
+SAVE_GROUP = 64 << 20
+
+
+def _row_major(t: TensorPtr) -> bool:
+    return t.dim_order == tuple(range(t.dim()))
+
+
+def _fill(mapped: memoryview, offset: int, order: list[_Item]) -> None:
     """Copy every tensor's row-major bytes into the mapped file at ``offset`` onwards, in
-    ``order``: CPU tensors by the copy threads, runs of device tensors as batched
-    device -> host copies (see :func:`etptr.checkpoint._device._copy_device_bytes`)."""
-    threads = min(16, _host_copy.cpu_count())
-    i = 0
-    while i < len(order):
-        t = order[i].tensor
-        n = t.nbytes
-        if not n:
-            i += 1
-            continue
-        if t.device.is_cpu():
-            # a dim_order other than 0..n-1 gives a strided view; ascontiguousarray copies it
-            data = np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8)
-            _host_copy.parallel_copy(base + offset, data.ctypes.data, n, threads)
+    ``order``. CPU tensors go by the copy threads. Row-major device tensors go in groups
+    of up to SAVE_GROUP bytes, each group one batched :func:`~etptr.d2h_copy` into CPU
+    tensors that view the file's pages (a kernel gathers the small ones on the device,
+    the bytes come down through pinned slots, and the copy threads scatter them into
+    the pages); other device tensors come down one by one and are made contiguous."""
+    srcs: list[TensorPtr] = []
+    outs: list[TensorPtr] = []
+    size = 0
+    try:
+        for it in order:
+            t = it.tensor
+            n = t.nbytes
+            if not n:
+                continue
+            dst = mapped[offset:offset + n]
             offset += n
-            i += 1
-            continue
-        run: list[TensorPtr] = []
-        dsts: list[memoryview] = []
-        while i < len(order) and order[i].tensor.nbytes and not order[i].tensor.device.is_cpu():
-            u = order[i].tensor
-            run.append(u)
-            dsts.append(mapped[offset:offset + u.nbytes])
-            offset += u.nbytes
-            i += 1
-        try:
-            _device._copy_device_bytes(run, dsts)
-        finally:
-            for d in dsts:
-                d.release()
+            if t.device.is_cpu() or not _row_major(t):
+                if not t.device.is_cpu():
+                    t = clone_tensor_ptr_to_cpu(t)
+                # a dim_order other than 0..n-1 gives a strided view; ascontiguousarray
+                # copies it
+                copy_buffer(dst, np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8))
+                dst.release()
+                continue
+            srcs.append(t)
+            outs.append(make_tensor_ptr(list(t.sizes), dst, type=t.scalar_type))
+            size += n
+            if size >= SAVE_GROUP:
+                d2h_copy(srcs, outs)
+                srcs.clear()
+                outs.clear()
+                size = 0
+        if srcs:
+            d2h_copy(srcs, outs)
+    finally:
+        # the outs export the mapped file's buffer: let go of them even on an error (a
+        # traceback would otherwise keep them, and the map could not be closed)
+        srcs.clear()
+        outs.clear()
 
 
 def _write_mapped(fd: int, header: bytes, order: list[_Item]) -> None:
@@ -182,8 +199,7 @@ def _write_mapped(fd: int, header: bytes, order: list[_Item]) -> None:
     mapped = memoryview(mm)
     try:
         mapped[:len(header)] = header
-        base = np.frombuffer(mapped, np.uint8).ctypes.data
-        _fill(mapped, base, len(header), order)
+        _fill(mapped, len(header), order)
     finally:
         try:
             mapped.release()
@@ -229,8 +245,8 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
     bytes. Each tensor's elements go in row-major (C) order whatever its
     dim_order. The file is written under a temporary name in the same
     directory and renamed to ``path`` once complete, so ``path`` never holds a
-    partial checkpoint. Device tensors come down in groups through pinned
-    memory while the previous group is written.
+    partial checkpoint. Device tensors come down in batched copies of up to
+    64 MiB straight into the file's pages.
 
     Parameters
     ----------

@@ -1,5 +1,5 @@
 """Type stubs for etptr.cuda._allocator: CudaAllocator, the allocator for DeviceType.CUDA."""
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Protocol, TypeAlias, final
 
 from etptr._core._device import DeviceType
@@ -64,11 +64,12 @@ class CudaAllocator(DeviceAllocator):
         self,
         dst: int,
         fd: int,
-        pieces: Sequence[tuple[int, int, int]],
+        pieces: Iterable[tuple[int, int, int]],
         index: int,
         *,
-        stream: _Stream | None = None,
+        progress: Callable[[int], object] | None = None,
         on_queued: Callable[[], object] | None = None,
+        stream: _Stream | None = None,
     ) -> None: ...
     def allocate_host(self, nbytes: int, index: int) -> PinnedBlock | None: ...
     @property

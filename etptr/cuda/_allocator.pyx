@@ -14,12 +14,11 @@ that would call CUDA raises :class:`~etptr.InvalidStateError`, and
 it, so that inherited tensors die quietly.
 """
 cimport cython
-from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
-from libc.stdlib cimport free, malloc
+from libc.stdint cimport int64_t, uintptr_t
 
 from etptr._core._args cimport c_count_arg, c_int_arg
 from etptr._core._codes cimport DEVICE_ALIGNMENT_BYTES
-from etptr._core._device_allocator cimport DeviceAllocator
+from etptr._core._device_allocator cimport DeviceAllocator, FilePieces, c_file_pieces
 from etptr._core._error cimport raise_error
 from etptr.cuda._batch cimport c_d2h_batch, c_h2d_batch, c_h2d_file
 from etptr.cuda._copy_engine cimport CopyConfig, c_config, c_d2h, c_h2d
@@ -170,16 +169,16 @@ cdef class CudaAllocator(DeviceAllocator):
         return c_d2h(dst, src, nbytes, index, stream, &cfg)
 
     cdef int c_copy_h2d_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream, bint padded) except -1:
+                              int64_t count, int index, object stream, int facts) except -1:
         cdef CopyConfig cfg
         c_config(&cfg, None, None, None, None)
-        return c_h2d_batch(dst, src, n, count, index, stream, &cfg, padded)
+        return c_h2d_batch(dst, src, n, count, index, stream, &cfg, facts)
 
     cdef int c_copy_d2h_batch(self, const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
-                              int64_t count, int index, object stream, bint padded) except -1:
+                              int64_t count, int index, object stream, int facts) except -1:
         cdef CopyConfig cfg
         c_config(&cfg, None, None, None, None)
-        return c_d2h_batch(dst, src, n, count, index, stream, &cfg, padded)
+        return c_d2h_batch(dst, src, n, count, index, stream, &cfg, facts)
 
     cdef object c_allocate_host(self, int64_t nbytes, int index):
         if nbytes == 0:
@@ -340,94 +339,47 @@ cdef class CudaAllocator(DeviceAllocator):
             c_d2h(_address(dst, "dst"), _address(src, "src"), n, dev, stream, &cfg)
         return 0
 
-    def copy_file_to_device(self, dst, fd, pieces, index, *, stream=None, on_queued=None):
+    def copy_file_to_device(self, dst, fd, pieces, index, *, progress=None, on_queued=None,
+                            stream=None):
         """Copy pieces of an open file to device memory on device ``index``, as one
-        pipelined copy whose copy threads read the file (``pread``) straight into
-        the pinned slots. :func:`etptr.load_safetensors` moves each file's data
-        section this way.
+        pipelined copy whose copy threads read the file (``pread``) straight into the
+        pinned slots while the previous slot's DMA runs (the page cache is copied once;
+        nothing is mapped, so a file truncated meanwhile gives an error, never SIGBUS).
+        Overrides :meth:`etptr.DeviceAllocator.copy_file_to_device`, whose parameters,
+        errors and notes apply; besides them:
 
         Parameters
         ----------
-        dst : int, device address the offsets count from
-        fd : int, a file descriptor open for reading
-        pieces : sequence of (file_offset, dst_offset, nbytes), ints in bytes;
-            ``dst_offset`` increasing and pieces not overlapping on the device
-            side; pieces of 0 bytes are skipped. The device range from the
-            first piece to the end of the last moves as one: bytes in the gaps
-            between pieces are overwritten with unspecified values
-        index : int, device index (-1 = current device)
-        stream : CUDA stream, optional
-            None: complete on return. A stream: queued on it; the file has been
-            read on return.
+        progress : callable, optional
+            ``progress(done_bytes)``, called every few slots from inside the pipeline.
         on_queued : callable, optional (only with ``stream`` None)
-            Called with no arguments once the whole file has been read and the
-            last DMAs are queued, while they run (the loader makes its tensor
-            views there). The copy is complete on return even when it raised;
-            its exception propagates.
+            Called once the whole file has been read and the last DMAs are queued,
+            while they run (the loader makes its tensor views there), outside the
+            device's context. The copy is complete on return even when it raised.
+        stream : CUDA stream, optional
+            None: complete on return. A stream: queued on it; the file has been read on
+            return.
 
         Raises
         ------
         InvalidArgumentError
-            A negative value, a piece that is not a 3-tuple, pieces out of order
-            or overlapping, a null ``dst`` with pieces, a bad index, a range
-            that runs past ``dst``'s device allocation, or ``on_queued`` with a
-            ``stream`` or not callable; nothing has moved.
-        InvalidTypeError
-            A value that is not an integer.
-        OSError
-            A read failed; ``EOFError``: the file ended before a piece did (it
-            was truncated). The device range may then hold part of the data.
+            Also: a range that runs past ``dst``'s device allocation, or ``on_queued``
+            with a ``stream``.
         InvalidStateError
             This process was forked after CUDA was initialised.
         """
         cdef CopyConfig cfg
+        cdef FilePieces fp = c_file_pieces(pieces, dst, progress, on_queued)
         cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
         cdef int dev
-        cdef uintptr_t base = <uintptr_t>c_count_arg(dst, "dst")
-        cdef list items = list(pieces)
-        cdef Py_ssize_t count = len(items), i, k = 0
-        cdef int64_t* offs = <int64_t*>malloc((count + 1) * sizeof(int64_t))
-        cdef int64_t* starts = <int64_t*>malloc((count + 1) * sizeof(int64_t))
-        cdef int64_t* lens = <int64_t*>malloc((count + 1) * sizeof(int64_t))
-        cdef int64_t end = 0, o, at, n
-        try:
-            if offs == NULL or starts == NULL or lens == NULL:
-                raise MemoryError()
-            if on_queued is not None and (stream is not None or not callable(on_queued)):
-                raise_error(Error.InvalidArgument,
-                            f"on_queued (a {type(on_queued).__name__}): expected a callable, "
-                            f"and only with stream=None (given a {type(stream).__name__})")
-            for i in range(count):
-                item = items[i]
-                if not isinstance(item, (tuple, list)) or len(item) != 3:
-                    raise_error(Error.InvalidArgument, f"pieces[{i}]={item!r:.80}: expected "
-                                f"(file_offset, dst_offset, nbytes)")
-                a, b, c = item
-                o = c_count_arg(a, f"pieces[{i}].file_offset")
-                at = c_count_arg(b, f"pieces[{i}].dst_offset")
-                n = c_count_arg(c, f"pieces[{i}].nbytes")
-                if n == 0:
-                    continue
-                if at < end:
-                    raise_error(Error.InvalidArgument,
-                                f"pieces[{i}].dst_offset={at}: overlaps or precedes the "
-                                f"previous piece, which ends at {end}")
-                if o > INT64_MAX - n or at > INT64_MAX - n:
-                    raise_error(Error.InvalidArgument, f"pieces[{i}]: offset + nbytes overflows")
-                offs[k] = o
-                starts[k] = at
-                lens[k] = n
-                end = at + n
-                k += 1
-            if k and base == 0:
-                raise_error(Error.InvalidArgument, "dst must not be null")
-            dev = self._index(index, "CudaAllocator.copy_file_to_device")
-            c_config(&cfg, None, None, None, None)
-            c_h2d_file(base, f, offs, starts, lens, k, dev, stream, &cfg, on_queued)
-        finally:
-            free(offs)
-            free(starts)
-            free(lens)
+        if on_queued is not None and stream is not None:
+            raise_error(Error.InvalidArgument,
+                        f"on_queued (a {type(on_queued).__name__}): only with stream=None, as "
+                        f"it runs while the copy completes (given a {type(stream).__name__})")
+        dev = self._index(index, "CudaAllocator.copy_file_to_device")
+        c_config(&cfg, None, None, None, None)
+        c_h2d_file(<uintptr_t>c_count_arg(dst, "dst"), f, fp, dev, stream, &cfg, progress,
+                   on_queued)
 
     def allocate_host(self, nbytes, index):
         """A block of page-locked host memory from the process-wide

@@ -37,6 +37,9 @@ from libc.stdint cimport int64_t, intptr_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 
 from etptr._core._codes cimport DEVICE_ALIGNMENT_BYTES, align_up
+from etptr._core._device_allocator cimport (
+    BATCH_DEVICE_ONE_ALLOCATION, BATCH_HOST_ALLOCATED, BATCH_HOST_ONE_ALLOCATION, BATCH_PADDED,
+    FilePieces)
 from etptr._core._error cimport raise_error
 from etptr.cuda._copy_engine cimport (
     CopyConfig, HostList, c_copy_stream, c_staged, c_transfer)
@@ -158,14 +161,14 @@ cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) no
 
 
 cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, int64_t count,
-                 int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg, int fd,
-                 bint padded) except -1:
+                 int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg, int fd, int facts,
+                 object progress) except -1:
     """Pieces whose device sides lie in one range: one pipelined copy of the range. With
     ``fd >= 0`` (uploads) the host sides are byte offsets in that open file. An upload
     writes the gaps between pieces (their bytes are the caller's: see the module's
     notes); a download writes only the pieces, but for one page-locked host range of the
     same layout, which takes the whole range in one DMA when it has no gaps or is
-    ``padded``."""
+    padded (``facts``: the BATCH_ flags). ``progress`` as for c_staged."""
     cdef HostList L
     cdef int64_t i, total = 0
     cdef uintptr_t base = dev[0]
@@ -177,12 +180,8 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
         for i in range(count):
             starts[i] = <int64_t>(dev[i] - base)
             total += n[i]
-        if fd >= 0:
-            # a file's pieces come with a raw device address (copy_file_to_device); the
-            # other batches' addresses come from tensors whose views were bounds-checked
-            c_check_device_range(base, span, "dst")
-        if not h2d and (padded or total == span) and c_is_page_locked(host[0]) and \
-                _same_layout(dev, host, count) and _one_allocation(host, count):
+        if not h2d and (facts & BATCH_PADDED or total == span) and \
+                _same_layout(dev, host, count) and _page_locked_range(host, count, facts):
             # the host side is one page-locked range with the same layout: one DMA
             c_transfer(base, host[0], span, d, s, sync, cfg, False)
             return 0
@@ -192,10 +191,19 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
         L.n = count
         L.fd = fd
         L.dev = NULL
-        c_staged(base, 0, &L, span, d, s, h2d, sync or not h2d, cfg)
+        c_staged(base, 0, &L, span, d, s, h2d, sync or not h2d, cfg, progress)
     finally:
         free(starts)
     return 0
+
+
+cdef bint _page_locked_range(const uintptr_t* host, int64_t count, int facts) except -1:
+    """Whether the host sides lie in one page-locked allocation: known from the caller's
+    ``facts`` (pieces of one block from allocate_host, a pool block), else asked of the
+    driver."""
+    if facts & BATCH_HOST_ALLOCATED:
+        return (facts & BATCH_HOST_ONE_ALLOCATION) != 0
+    return c_is_page_locked(host[0]) and _one_allocation(host, count)
 
 
 cdef int _scattered(const uintptr_t* dev, const uintptr_t* host, const int64_t* n,
@@ -220,14 +228,14 @@ cdef int _scattered(const uintptr_t* dev, const uintptr_t* host, const int64_t* 
         L.n = count
         L.fd = -1
         L.dev = dev
-        c_staged(0, 0, &L, total, d, s, h2d, not h2d, cfg)
+        c_staged(0, 0, &L, total, d, s, h2d, not h2d, cfg, None)
     finally:
         free(starts)
     return 0
 
 
 cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                 int d, intptr_t s, bint h2d, CopyConfig* cfg) except -1:
+                 int d, intptr_t s, bint h2d, CopyConfig* cfg, int facts) except -1:
     """Small pieces with scattered device sides, in rounds through the scratch area."""
     cdef _Scratch sc
     cdef int64_t total = 0, i, first, last, used, table_bytes, k
@@ -288,7 +296,8 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
                     hosts[0] = <uintptr_t>table
                     lens[0] = k * PIECE_BYTES
                     devs[0] = sc.ptr
-                    _ranged(devs, hosts, lens, k + 1, d, s, True, False, cfg, -1, True)
+                    _ranged(devs, hosts, lens, k + 1, d, s, True, False, cfg, -1,
+                            BATCH_PADDED, None)
                     _launch(sc, sc.ptr, k, <void*>s)
                 else:
                     # the table up, the gather, then the payload down in one copy
@@ -296,7 +305,7 @@ cdef int _rounds(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, i
                     _launch(sc, sc.ptr, k, <void*>s)
                     # (the host sides are the caller's outs: their gaps are not ours)
                     _ranged(devs + 1, hosts + 1, lens + 1, k, d, s, False, False, cfg, -1,
-                            False)
+                            facts & (BATCH_HOST_ALLOCATED | BATCH_HOST_ONE_ALLOCATION), None)
             finally:
                 free(table)
                 free(hosts)
@@ -318,35 +327,25 @@ cdef int _sync(intptr_t s) except -1:
 
 
 cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                int d, object stream, CopyConfig* cfg, bint h2d, int fd,
-                object on_queued, bint padded) except -1:
-    """Both directions: ``d`` is current. ``fd >= 0``: a file's pieces (see _ranged), moved
-    as one range whatever their gaps; then ``on_queued()`` (not None only with ``stream``
-    None) runs once the file has been read, while the last DMAs run, and the copy is
-    waited for even when it raises. ``padded``: the bytes between the pieces on the
-    side written (the device's up, the host's down) are the caller's padding (see the
-    module's notes)."""
+                int d, object stream, CopyConfig* cfg, bint h2d, int facts) except -1:
+    """Both directions: ``d`` is current. ``facts``: the BATCH_ flags the caller passed
+    (what it knows of the pieces; what it does not know is asked of the driver)."""
     cdef bint sync = stream is None
     cdef intptr_t s = c_copy_stream(d, stream)
     cdef const uintptr_t* dev_side = dst if h2d else src
     cdef const uintptr_t* host_side = src if h2d else dst
     cdef int64_t i, nsmall = 0, nlarge = 0
+    cdef int64_t near = T.near_gap if facts & BATCH_PADDED or not h2d else 0
+    cdef bint pinned = (facts & BATCH_HOST_ALLOCATED) != 0
     cdef uintptr_t* sd
     cdef uintptr_t* ss
     cdef int64_t* sn
     cdef uintptr_t* ld
     cdef uintptr_t* ls
     cdef int64_t* ln
-    if fd >= 0 and on_queued is not None:
-        _ranged(dev_side, host_side, n, count, d, s, h2d, False, cfg, fd, True)
-        try:
-            on_queued()
-        finally:
-            _sync(s)
-        return 0
-    if fd >= 0 or (_one_range(dev_side, n, count, T.near_gap if padded or not h2d else 0) and
-                   _one_allocation(dev_side, count)):
-        return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, fd, padded)
+    if _one_range(dev_side, n, count, near) and (
+            facts & BATCH_DEVICE_ONE_ALLOCATION or _one_allocation(dev_side, count)):
+        return _ranged(dev_side, host_side, n, count, d, s, h2d, sync, cfg, -1, facts, None)
     sd = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     ss = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     sn = <int64_t*>malloc(count * sizeof(int64_t))
@@ -357,7 +356,7 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         if sd == NULL or ss == NULL or sn == NULL or ld == NULL or ls == NULL or ln == NULL:
             raise MemoryError()
         for i in range(count):
-            if n[i] >= T.large_piece and T.scattered_pipeline and \
+            if n[i] >= T.large_piece and T.scattered_pipeline and not pinned and \
                     not c_is_page_locked(host_side[i]):
                 ld[nlarge] = dev_side[i]      # pageable: packed into one pipeline below
                 ls[nlarge] = host_side[i]
@@ -373,7 +372,7 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
         if nlarge:
             _scattered(ld, ls, ln, nlarge, d, s, h2d, cfg)
         if nsmall:
-            _rounds(sd, ss, sn, nsmall, d, s, h2d, cfg)
+            _rounds(sd, ss, sn, nsmall, d, s, h2d, cfg, facts)
     finally:
         free(sd)
         free(ss)
@@ -388,71 +387,94 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
 
 cdef int _batch_entry(const uintptr_t* dst, const uintptr_t* src, const int64_t* n,
                       int64_t count, int dev, object stream, CopyConfig* cfg,
-                      bint h2d, int fd, object on_queued, bint padded) except -1:
-    """What :func:`c_h2d_batch`, :func:`c_d2h_batch` and :func:`c_h2d_file` share: check
-    the backend, make ``dev`` current for the batch and restore the device."""
+                      bint h2d, int facts) except -1:
+    """What :func:`c_h2d_batch` and :func:`c_d2h_batch` share: check the backend, make
+    ``dev`` current for the batch and restore the device."""
     cdef DeviceGuard guard
     c_check_usable("batched host->device copy" if h2d else "batched device->host copy")
     if count <= 0:
-        if on_queued is not None:
-            on_queued()
         return 0
     c_cupy()
     c_enter_device(dev, &guard)
     try:
-        _batch(dst, src, n, count, dev, stream, cfg, h2d, fd, on_queued, padded)
+        _batch(dst, src, n, count, dev, stream, cfg, h2d, facts)
     finally:
         c_exit_device(&guard)
     return 0
 
 
 cdef int c_h2d_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                     int dev, object stream, CopyConfig* cfg, bint padded) except -1:
+                     int dev, object stream, CopyConfig* cfg, int facts) except -1:
     """Copy ``count`` pieces host -> device on ``dev`` (a checked index): piece i is
     ``n[i]`` bytes from host ``src[i]`` to device ``dst[i]``. ``stream`` as for
-    :func:`etptr.cuda._copy_engine.c_h2d` (None: complete on return). ``padded``: the
-    device bytes between pieces may be overwritten (a batched clone's padding); else
-    nothing outside the pieces is written."""
-    return _batch_entry(dst, src, n, count, dev, stream, cfg, True, -1, None, padded)
+    :func:`etptr.cuda._copy_engine.c_h2d` (None: complete on return). ``facts``: the
+    BATCH_ flags of what the caller knows (with BATCH_PADDED the device bytes between
+    pieces may be overwritten; else nothing outside the pieces is written)."""
+    return _batch_entry(dst, src, n, count, dev, stream, cfg, True, facts)
 
 
 cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
-                     int dev, object stream, CopyConfig* cfg, bint padded) except -1:
+                     int dev, object stream, CopyConfig* cfg, int facts) except -1:
     """Copy ``count`` pieces device -> host: piece i is ``n[i]`` bytes from device
-    ``src[i]`` to host ``dst[i]``. ``stream`` as for the single copy; ``padded``: the
-    host bytes between pieces may be overwritten."""
-    return _batch_entry(dst, src, n, count, dev, stream, cfg, False, -1, None, padded)
+    ``src[i]`` to host ``dst[i]``. ``stream`` as for the single copy; ``facts`` as for
+    :func:`c_h2d_batch` (BATCH_PADDED: the host bytes between pieces may be written)."""
+    return _batch_entry(dst, src, n, count, dev, stream, cfg, False, facts)
 
 
-cdef int c_h2d_file(uintptr_t dst, int fd, const int64_t* file_offsets, const int64_t* starts,
-                    const int64_t* n, int64_t count, int dev, object stream,
-                    CopyConfig* cfg, object on_queued) except -1:
-    """Copy ``count`` pieces of the open file ``fd`` to device memory on ``dev`` (a
-    checked index): piece i is ``n[i]`` bytes at byte ``file_offsets[i]`` of the file,
-    to device address ``dst + starts[i]`` (``starts`` increasing, pieces not
-    overlapping, ``n[i] > 0``). One pipelined copy of the device range: the copy
-    threads read the file into the pinned slots with ``pread`` (the page cache is
-    copied once; no map of the file is made, so no page fault is taken and a file
-    truncated meanwhile gives an error, not SIGBUS), each slot's DMA runs while the
-    next is read. ``stream`` as for :func:`c_h2d_batch`. ``on_queued`` (None, or with
-    ``stream`` None a callable): called once the whole file has been read and the last
-    DMAs are queued; the copy is complete when this returns, also when it raised.
+cdef int c_h2d_file(uintptr_t dst, int fd, FilePieces fp, int dev, object stream,
+                    CopyConfig* cfg, object progress, object on_queued) except -1:
+    """Copy the pieces ``fp`` of the open file ``fd`` to device memory at ``dst`` on
+    ``dev`` (a checked index). One pipelined copy of the device range: the copy threads
+    read the file into the pinned slots with ``pread`` (the page cache is copied once;
+    no map of the file is made, so no page fault is taken and a file truncated meanwhile
+    gives an error, not SIGBUS), each slot's DMA runs while the next is read; the bytes
+    between pieces are overwritten. ``progress``: called with the pieces' bytes moved so
+    far every few slots. ``stream`` None: ``on_queued()`` (if given) runs once the whole
+    file has been read, while the last DMAs run, outside the device's context; the copy
+    is complete when this returns, also when it raised. A stream: queued on it.
 
     Raises
     ------
+    InvalidArgumentError
+        The range runs past ``dst``'s device allocation; nothing has moved.
     OSError
         A read failed; EOFError: the file ended before a piece did. The device
         range may hold part of the data.
     """
-    cdef int64_t i
-    cdef uintptr_t* devs = <uintptr_t*>malloc((count if count > 0 else 1) * sizeof(uintptr_t))
+    cdef DeviceGuard guard
+    cdef intptr_t s
+    cdef int64_t i, count = fp.count
+    cdef uintptr_t* devs
+    c_check_usable("file upload")
+    if count <= 0:
+        if on_queued is not None:
+            on_queued()
+        return 0
+    devs = <uintptr_t*>malloc(count * sizeof(uintptr_t))
     if devs == NULL:
         raise MemoryError()
+    c_cupy()
+    c_enter_device(dev, &guard)
     try:
         for i in range(count):
-            devs[i] = dst + <uintptr_t>starts[i]
-        _batch_entry(devs, <const uintptr_t*>file_offsets, n, count, dev, stream, cfg, True, fd,
-                     on_queued, True)
+            devs[i] = dst + <uintptr_t>fp.dst_offset[i]
+        # a raw device address from the caller: the range is checked against its allocation
+        c_check_device_range(devs[0], <int64_t>(devs[count - 1] - devs[0]) +
+                             fp.nbytes[count - 1], "dst")
+        s = c_copy_stream(dev, stream)
+        _ranged(devs, <const uintptr_t*>fp.file_offset, fp.nbytes, count, dev, s, True, False,
+                cfg, fd, BATCH_PADDED, progress)
     finally:
+        c_exit_device(&guard)
         free(devs)
+    if stream is None:
+        try:
+            if on_queued is not None:
+                on_queued()
+        finally:
+            c_enter_device(dev, &guard)
+            try:
+                _sync(s)
+            finally:
+                c_exit_device(&guard)
     return 0

@@ -33,6 +33,7 @@ cdef int c_d2h(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, object str
                     CopyConfig* cfg) except -1
 cdef intptr_t c_copy_stream(int dev, object stream) except? -1
 cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int64_t nbytes,
-                  int dev, intptr_t stream, bint h2d, bint sync, CopyConfig* cfg) except -1
+                  int dev, intptr_t stream, bint h2d, bint sync, CopyConfig* cfg,
+                  object progress) except -1
 cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev, intptr_t s,
                     bint sync, CopyConfig* cfg, bint h2d) except -1

@@ -321,6 +321,7 @@ cdef struct _Pipe:
     bint nontemporal          # fill upload slots with non-temporal stores
     int64_t read_bounce       # ... reading a file through this much of a bounce buffer
     void* stream
+    void* progress            # a callable progress(done_bytes), or NULL (the caller holds it)
     char* slot[64]
     void* event[64]
     bint pending[64]          # an event recorded on the slot that may not have completed
@@ -346,9 +347,13 @@ cdef int _read_failed(int err, _Pipe* p, int64_t off) except -1 with gil:
                        f"{p.nbytes}-byte copy on cuda:{p.device})")
 
 
-cdef int _between_chunks(bint h2d, int64_t i) except -1 with gil:
+cdef int _between_chunks(_Pipe* p, bint h2d, int64_t i, int64_t done) except -1 with gil:
+    """Between chunks (every few, or each with a chunk hook): the hook, the progress
+    callback with the ``done`` bytes, a check for KeyboardInterrupt and for a fork."""
     if T.chunk_hook:
         c_call_chunk_hook(h2d, i)
+    if p.progress != NULL:
+        (<object>p.progress)(done if p.pieces == NULL else _piece_bytes_before(p.pieces, done))
     PyErr_CheckSignals()
     c_check_usable("host->device copy" if h2d else "device->host copy")   # forked meanwhile?
     return 0
@@ -396,6 +401,17 @@ cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
                              p.read_bounce)
         free(segs)
     return rc
+
+
+cdef int64_t _piece_bytes_before(const HostList* L, int64_t off) noexcept:
+    """Bytes of the pieces of ``L`` that lie before offset ``off`` of the range (the gaps
+    between pieces do not count)."""
+    cdef int64_t i, n = 0
+    for i in range(L.n):
+        if L.starts[i] >= off:
+            break
+        n += L.lens[i] if L.starts[i] + L.lens[i] <= off else off - L.starts[i]
+    return n
 
 
 cdef int64_t _first_piece(const HostList* L, int64_t off) noexcept nogil:
@@ -486,7 +502,7 @@ cdef int _pipe_h2d(_Pipe* p, bint sync) except -1 nogil:
         p.pending[j] = True
         off += m
         if T.chunk_hook or i % T.signal_every == T.signal_every - 1:
-            _between_chunks(True, i)
+            _between_chunks(p, True, i, off)
         i += 1
     if sync:
         rc = api.stream_sync(p.stream)
@@ -522,7 +538,7 @@ cdef int _pipe_d2h(_Pipe* p) except -1 nogil:
             if T.trace:
                 c_mark(STEP_FILLED, i - p.k)
             if T.chunk_hook or (i - p.k) % T.signal_every == T.signal_every - 1:
-                _between_chunks(False, i - p.k)
+                _between_chunks(p, False, i - p.k, off + m)
         if i < nchunks:
             j = <int>(i % p.k)
             off = i * p.chunk
@@ -580,10 +596,13 @@ cdef bint _take_ring(_Engine eng, CopyConfig* cfg, int dev, list slabs) except -
 
 
 cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int64_t nbytes,
-                  int dev, intptr_t s, bint h2d, bint sync, CopyConfig* cfg) except -1:
+                  int dev, intptr_t s, bint h2d, bint sync, CopyConfig* cfg,
+                  object progress) except -1:
     """A pageable copy of the device range [dev_ptr, dev_ptr+nbytes) through K pinned
     slots; the host side is ``host`` (one range) or ``pieces``. ``dev`` is current.
-    H2D with ``sync`` False leaves the DMAs queued (the host side has been read)."""
+    H2D with ``sync`` False leaves the DMAs queued (the host side has been read).
+    ``progress`` (None or a callable) is called with the bytes moved so far every few
+    chunks; what it raises ends the copy."""
     cdef _Pipe p
     cdef int64_t nchunks
     cdef long long epoch
@@ -613,6 +632,7 @@ cdef int c_staged(uintptr_t dev_ptr, uintptr_t host, const HostList* pieces, int
         p.nontemporal = nbytes <= T.nt_max
         p.read_bounce = 0
     p.stream = <void*>s
+    p.progress = NULL if progress is None else <void*>progress
     if T.trace:
         c_mark(STEP_BEGIN, nbytes)
     epoch = c_copy_begin(p.threads)      # wakes the copy threads while the slots are found
@@ -701,7 +721,7 @@ cdef int c_transfer(uintptr_t dev_side, uintptr_t host, int64_t nbytes, int dev,
         # memory, or for the default synchronous form, wait for it.
         rc = _one_dma(dst, src, nbytes, h2d, s, sync or not h2d, None)
     else:
-        c_staged(dev_side, host, NULL, nbytes, dev, s, h2d, sync or not h2d, cfg)
+        c_staged(dev_side, host, NULL, nbytes, dev, s, h2d, sync or not h2d, cfg, None)
     if rc != 0:
         c_cuda_failed(rc, f"{'host->device' if h2d else 'device->host'} copy of "
                           f"nbytes={nbytes} on cuda:{dev}")

@@ -10,7 +10,7 @@ import pytest
 import etptr
 from etptr import ScalarType as ST
 from etptr.checkpoint import CheckpointError
-from etptr.checkpoint import _device as ckpt_device
+from etptr.checkpoint import _load as ckpt_load
 from etptr.checkpoint._layout import layout_file
 from etptr.cuda import _copy_engine, _tuning, copy_config
 
@@ -75,27 +75,18 @@ def test_every_dtype_bit_exact_without_a_map(tmp_path, settings, no_maps, device
     assert device_used() == before
 
 
-def test_progress_steps_and_the_reads(tmp_path, monkeypatch, no_maps):
-    # steps of 4 KiB: many copies, each a list of pieces of the file
+def test_progress_comes_from_inside_one_copy_per_file(tmp_path, no_maps):
+    # 4 KiB slots: many chunks in one pipelined copy, reported as they go
     path, arrays = _file(tmp_path, ["F32", "I8", "F64"], seed=3)
-    monkeypatch.setattr(ckpt_device, "LOAD_STEP", 4096)
-    calls = []
-    real = ckpt_device._steps
-
-    def spy(runs, limit):
-        groups = real(runs, limit)
-        calls.extend([(r.file_offset, r.buffer_offset, r.nbytes) for r in g] for g in groups)
-        return groups
-
-    monkeypatch.setattr(ckpt_device, "_steps", spy)
     seen = []
-    with copy_config(**SMALL):
+    with copy_config(**dict(SMALL, slot_bytes=4096)), _tuning.tuned(trace=True):
         out = etptr.load_safetensors(path, "cuda:0", progress=lambda d, t: seen.append((d, t)))
+    begins = [n for what, n, _ in _tuning.take_trace() if what == "begin"]
     total = sum(a.nbytes for a in arrays.values())
-    assert len(calls) == len(seen) > 2
-    assert seen[-1] == (total, total) and [d for d, _ in seen] == sorted(d for d, _ in seen)
-    assert all(sum(n for _, _, n in c) <= 4096 for c in calls)
-    assert sum(n for c in calls for _, _, n in c) == total
+    assert len(begins) == 1                           # the file's upload is not cut
+    assert len(seen) > 2 and seen[-1] == (total, total)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)   # never backwards
+    assert all(d <= total for d, _ in seen)
     for name, arr in arrays.items():
         assert _host_bytes(out[name]) == raw_bytes(arr), name
 
@@ -169,7 +160,7 @@ def test_a_file_replaced_before_the_read(tmp_path, monkeypatch):
     other, _ = _file(tmp_path, ["F32"], seed=10, name="other.safetensors")
     os.replace(other, path)                       # same size, another file
     with pytest.raises(CheckpointError, match="another file"):
-        ckpt_device._load_to_device(plan, etptr.Device("cuda:0"), None)
+        ckpt_load._load_to_device(list(plan.files), etptr.Device("cuda:0"), None)
 
 
 # ------------------------------------------------------------------ uploads that overlap the header
@@ -200,10 +191,15 @@ def test_an_aligned_file_goes_up_before_its_header_is_checked(tmp_path, monkeypa
     path, arrays = _aligned_file(tmp_path)
     before = device_used()
     calls = []
-    monkeypatch.setattr(ckpt_device, "_load_to_device", lambda *a: calls.append(a))
-    out = etptr.load_safetensors(path, "cuda:0", progress=lambda d, t: calls.append((d, t)))
+    real = ckpt_load.plan_from_header
+    monkeypatch.setattr(ckpt_load, "plan_from_header",
+                        lambda *a: calls.append("header checked") or real(*a))
+    with _tuning.tuned(chunk_hook=lambda direction, i: calls.append(f"{direction} chunk {i}")):
+        out = etptr.load_safetensors(path, "cuda:0", progress=lambda d, t: calls.append((d, t)))
     data_size = sum(a.nbytes for a in arrays.values())
-    assert calls == [(data_size, data_size)]          # one report, not the usual load
+    # the data went up first (reported from inside the copy), then the header was checked,
+    # once; the whole was reported once
+    assert calls == ["h2d chunk 0", (data_size, data_size), "header checked"]
     _check_loaded(out, arrays)
     del out
     assert device_used() == before
@@ -234,16 +230,19 @@ def test_a_file_whose_hint_is_wrong_is_loaded_from_the_header_already_checked(
     write_raw(path, header, data.tobytes(), pad=False)
     before = device_used()
     reads = []
-    real = ckpt_device.plan_from_header
-    monkeypatch.setattr(ckpt_device, "plan_from_header", lambda *a: reads.append(1) or real(*a))
+    real = ckpt_load.plan_from_header
+    monkeypatch.setattr(ckpt_load, "plan_from_header", lambda *a: reads.append(1) or real(*a))
     monkeypatch.setattr("etptr.checkpoint._load.read_plan",
                         lambda *a: pytest.fail("the header was read twice"))
-    usual = []
-    load = ckpt_device._load_to_device
-    monkeypatch.setattr(ckpt_device, "_load_to_device", lambda *a: usual.append(1) or load(*a))
+    uploads = []
+    load = ckpt_load._file_to_device
+    monkeypatch.setattr(ckpt_load, "_file_to_device",
+                        lambda source, *a: uploads.append(type(source).__name__) or
+                        load(source, *a))
     progress = []
     out = etptr.load_safetensors(path, "cuda:0", progress=lambda d, t: progress.append((d, t)))
-    assert reads == [1] and usual == [1]
+    # up early, then up again in its own layout, from the plan already checked
+    assert reads == [1] and uploads == ["_Unchecked", "FilePlan"]
     assert progress == [(260, 260)]
     _check_loaded(out, {"a": data[:1], "b": data[1:]})
     del out
@@ -307,13 +306,13 @@ def test_a_malformed_header_comes_before_a_change_of_the_file(tmp_path, monkeypa
               bytes(4096), pad=False)
     with pytest.raises(CheckpointError, match="needs 36 bytes") as want:
         etptr.checkpoint.parse_header(path)
-    real = ckpt_device.open_checked
+    real = ckpt_load.open_checked
 
     def shrink_then_open(plan):
         os.truncate(path, 100)
         return real(plan)
 
-    monkeypatch.setattr(ckpt_device, "open_checked", shrink_then_open)
+    monkeypatch.setattr(ckpt_load, "open_checked", shrink_then_open)
     fds = open_fds()
     with pytest.raises(CheckpointError) as got:
         etptr.load_safetensors(path, "cuda:0", progress=False)
@@ -324,15 +323,17 @@ def test_a_malformed_header_comes_before_a_change_of_the_file(tmp_path, monkeypa
 @pytest.mark.parametrize("how", ["names", "large", "list"])
 def test_the_usual_load_where_the_overlap_does_not_apply(tmp_path, monkeypatch, how):
     path, arrays = _aligned_file(tmp_path)
-    usual = []
-    real = ckpt_device._load_to_device
-    monkeypatch.setattr(ckpt_device, "_load_to_device", lambda *a: usual.append(1) or real(*a))
+    uploads = []
+    real = ckpt_load._file_to_device
+    monkeypatch.setattr(ckpt_load, "_file_to_device",
+                        lambda source, *a: uploads.append(type(source).__name__) or
+                        real(source, *a))
     if how == "large":
-        monkeypatch.setattr(ckpt_device, "OVERLAP_MAX", 255)
+        monkeypatch.setattr(ckpt_load, "EARLY_UPLOAD_MAX", 255)
     names = ["w", "b"] if how == "names" else None
     out = etptr.load_safetensors([path] if how == "list" else path, "cuda:0", names=names,
                                  progress=False)
-    assert usual == [1]
+    assert uploads == ["FilePlan"]                    # the header was checked first
     _check_loaded(out, {k: v for k, v in arrays.items() if names is None or k in names})
 
 
@@ -425,6 +426,31 @@ def test_copy_file_to_device_on_queued_raising_still_completes_the_copy(tmp_path
     assert "memcpyAsync" not in names[at:]               # every DMA was queued before it
     assert "streamSynchronize" in names[at:]             # and waited for after it
     np.testing.assert_array_equal(etptr.clone_tensor_ptr_to_cpu(dev).numpy(), data)
+
+
+def test_copy_file_to_device_reports_progress_from_inside(tmp_path, alloc, pool):
+    n = 1 << 20
+    path, data = _raw_file(tmp_path, n)
+    dev = etptr.zeros([n + 4096], type=ST.Byte, device="cuda:0")
+    seen = []
+    pieces = [(0, 0, n // 2), (n // 2, n // 2 + 4096, n // 2)]      # a gap on the device
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with copy_config(**SMALL):
+            alloc.copy_file_to_device(dev.data_ptr, fd, pieces, 0, progress=seen.append)
+            stop = KeyError("from progress")
+
+            def fail(done):
+                raise stop
+            with pytest.raises(KeyError, match="from progress"):
+                alloc.copy_file_to_device(dev.data_ptr, fd, pieces, 0, progress=fail)
+    finally:
+        os.close(fd)
+    assert len(seen) > 2 and seen == sorted(seen) and seen[-1] <= n   # the pieces' bytes
+    assert pool.stats()["in_use_bytes"] == 0
+    got = etptr.clone_tensor_ptr_to_cpu(dev).numpy()
+    np.testing.assert_array_equal(got[:n // 2], data[:n // 2])
+    np.testing.assert_array_equal(got[n // 2 + 4096:], data[n // 2:])
 
 
 @pytest.mark.parametrize("kw", [dict(on_queued=5), dict(on_queued=print, stream=0)],
