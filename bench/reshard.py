@@ -69,7 +69,7 @@ def reshard(sources, out_dir, max_shard_mib: float, prefix: str = "model") -> Pa
     from safetensors import safe_open
     from safetensors.numpy import save_file
 
-    from etptr.bench._checkpoint import header, read_tensor, resolve
+    from etptr.bench._checkpoint import read_tensor, resolve
 
     if max_shard_mib <= 0:
         raise ValueError(f"max_shard_mib={max_shard_mib} must be positive")
@@ -77,16 +77,17 @@ def reshard(sources, out_dir, max_shard_mib: float, prefix: str = "model") -> Pa
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    where, items, metadata = {}, [], {}
-    for path, names in resolve(sources):
-        head, _ = header(path)
-        metadata.update(head.pop("__metadata__", None) or {})
-        for name in names if names is not None else head:
+    where, entries, items, metadata = {}, {}, [], {}
+    for file in resolve(sources):
+        metadata.update(file.metadata or {})
+        for entry in file.tensors:
+            name = entry.name
             if name in where:
-                raise ValueError(f"tensor {name!r} occurs in {where[name]} and {path}")
-            where[name] = path
-            begin, end = head[name]["data_offsets"]
-            items.append((name, end - begin, _entry_bytes(name, head[name]["shape"])))
+                raise ValueError(f"tensor {name!r} occurs in {where[name].path} and "
+                                 f"{file.path}")
+            where[name] = file
+            entries[name] = entry
+            items.append((name, entry.nbytes, _entry_bytes(name, list(entry.shape))))
     groups = plan(items, max_bytes)
     total = len(groups)
     weight_map, total_size = {}, 0
@@ -94,12 +95,12 @@ def reshard(sources, out_dir, max_shard_mib: float, prefix: str = "model") -> Pa
         shard = f"{prefix}-{i:05d}-of-{total:05d}.safetensors"
         by_source = {}
         for name in names:
-            by_source.setdefault(where[name], []).append(name)
+            by_source.setdefault(where[name].path, (where[name], []))[1].append(entries[name])
         tensors = {}
-        for path, wanted in by_source.items():
-            with safe_open(str(path), framework="np") as f:
-                for name in wanted:
-                    tensors[name] = read_tensor(f, path, name)
+        for file, wanted in by_source.values():
+            with safe_open(str(file.path), framework="np") as f:
+                for entry in wanted:
+                    tensors[entry.name] = read_tensor(f, file, entry)
         tensors = {name: tensors[name] for name in names}  # source order
         save_file(tensors, str(out_dir / shard), metadata=metadata or None)
         for name, a in tensors.items():

@@ -196,7 +196,8 @@ def test_not_a_safetensors_file(tmp_path, capsys):
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x01\x02")
     assert main([str(bad), *COMMON]) == 2
-    assert "cannot be read as safetensors" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "bad.safetensors" in err and "too short for the 8-byte header length" in err
 
 
 def test_cpu_sweep_writes_plot_and_json(tmp_path, capsys):
@@ -387,9 +388,11 @@ def test_reshard_round_trip(tmp_path, capsys):
     for shard in shards:
         assert (out_dir / shard).stat().st_size <= limit_mib * (1 << 20)
     for name, shard in index["weight_map"].items():
+        plan = etptr.checkpoint.parse_header(out_dir / shard)
+        entry, = [t for t in plan.tensors if t.name == name]
         with safe_open(str(out_dir / shard), framework="np") as f:
             assert f.metadata() == {"format": "pt"}
-            got = read_tensor(f, out_dir / shard, name)
+            got = read_tensor(f, plan, entry)
         assert got.dtype == src[name].dtype and got.shape == src[name].shape
         assert np.array_equal(_bytes(got), _bytes(src[name]))
     assert "3 shards" in capsys.readouterr().out
@@ -432,10 +435,10 @@ def test_the_same_file_twice_is_measured_once(checkpoint, tmp_path, capsys):
 
 
 def test_layout_writes_and_measures_a_model_shaped_checkpoint(monkeypatch, tmp_path, capsys):
-    from etptr.bench import _layouts
-    tiny = _layouts.qwen2_layout("tiny-qwen", hidden=8, layers=2, intermediate=16, heads=2,
+    from etptr.bench import _model_shapes
+    tiny = _model_shapes.qwen2_layout("tiny-qwen", hidden=8, layers=2, intermediate=16, heads=2,
                                  kv_heads=1, head_dim=4, vocab=32)
-    monkeypatch.setitem(_layouts.LAYOUTS, "tiny-qwen", tiny)
+    monkeypatch.setitem(_model_shapes.LAYOUTS, "tiny-qwen", tiny)
     plot = tmp_path / "bars.png"
     status, doc, text = _run(["--layout", "tiny-qwen", "--plot", str(plot)], tmp_path, capsys)
     assert status == 0 and doc["tensors"] == tiny.tensors and doc["bytes"] == tiny.nbytes

@@ -1,11 +1,12 @@
-"""etptr.bench._layouts: model-shaped checkpoints with random contents."""
+"""etptr.bench._model_shapes: model-shaped checkpoints with random contents."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 import etptr
 from etptr import ScalarType
-from etptr.bench._layouts import LAYOUTS, ModelLayout, bert_layout, qwen2_layout, write_layout
+from etptr.bench._model_shapes import (
+    LAYOUTS, ModelLayout, bert_layout, qwen2_layout, write_layout)
 from etptr.checkpoint import CheckpointError
 
 from _checkpoint_helpers import reference_read

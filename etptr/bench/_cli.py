@@ -12,23 +12,29 @@ import time
 import numpy as np
 
 import etptr
-from etptr.bench import _checkpoint, _cuda, _files, _host, _layouts, _sweep
+from etptr.bench import _checkpoint, _cpu, _cuda, _file_io, _model_shapes, _sweep
 from etptr.bench._report import GiB, MiB, fmt_gbps, fmt_ratio, fmt_size, parse_size, ratio, table
 from etptr.bench._timing import GB, STATS, run_cases
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
 DESCRIPTION = """\
-Benchmark etptr's host<->GPU clones on a safetensors checkpoint, or (--sweep)
-against transfer size, next to CuPy, torch (when importable) and the pinned
-line rate measured in the same run.
+Measure etptr beside the libraries people would use instead: on a safetensors
+checkpoint (the default), on many tensors at once (--many), or one tensor
+against its size (--sweep); every rate next to the pinned line rate measured in
+the same run.
 
-Checkpoint mode reads every tensor with the safetensors library, wraps each as
-a TensorPtr without copying (make_tensor_ptr(ndarray)), clones it to the GPU
-and back with clone_tensor_ptr_to, checks the round trip bit for bit, and
-times host operations (wrapping, views, resize, clone_tensor_ptr), the
-copies, and the per-call time of a 4-byte tensor up and down. Without CuPy
-or a CUDA device it says so in one line, runs the host parts, and exits 0.
+Checkpoint mode loads the checkpoint onto the GPU with etptr.load_safetensors,
+with safetensors.torch.load_file(device=) when torch is importable, and with
+the safetensors library plus one cupy.asarray per tensor; writes it back with
+etptr.save_safetensors and with .cpu() + safetensors.torch.save_file, beside a
+save of the same bytes from host memory (how fast the file system takes a new
+file, which bounds every save); clones every tensor up and down one by one and
+as a batch; checks every tensor bit for bit against the safetensors library's
+own reading; and times the host operations (wrapping, views, resize,
+clone_tensor_ptr) and a 4-byte copy. Without CuPy or a CUDA device it says so
+in one line, times the CPU parts (load_safetensors(device="cpu") maps the
+files) and exits 0.
 
 Rates are GB/s (1e9 bytes per second); sizes are in binary units (KiB, MiB,
 GiB). Every figure is the median (or, with --stat best, the fastest) of
@@ -100,11 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not import torch (skips its columns and its import time)")
     p.add_argument("--no-progress", action="store_true",
                    help="no progress bar (drawn on stderr only when it is a terminal)")
-    p.add_argument("--layout", metavar="NAME", choices=sorted(_layouts.LAYOUTS),
+    p.add_argument("--layout", metavar="NAME", choices=sorted(_model_shapes.LAYOUTS),
                    help="instead of a checkpoint file, write one with the tensor shapes of a "
                         "named public model (its dtype, random contents) to a temporary directory "
                         "and measure it: " + "; ".join(
-                            f"{k} ({v.description})" for k, v in sorted(_layouts.LAYOUTS.items())))
+                            f"{k} ({v.description})"
+                            for k, v in sorted(_model_shapes.LAYOUTS.items())))
     p.add_argument("--plot", metavar="PATH",
                    help="write a PNG plot to PATH (matplotlib, Agg backend): GB/s of every "
                         "file <-> device path in checkpoint mode, GB/s against size with --sweep")
@@ -271,11 +278,11 @@ def _tiny_table(timings, stat):
 def _run_checkpoint(args, env, out) -> tuple:
     if args.layout:
         import tempfile
-        spec = _layouts.LAYOUTS[args.layout]
+        spec = _model_shapes.LAYOUTS[args.layout]
         with tempfile.TemporaryDirectory(prefix="etptr-layout-",
-                                         dir=_files.scratch_dir(3 * spec.nbytes)) as tmp:
+                                         dir=_file_io.scratch_dir(3 * spec.nbytes)) as tmp:
             out(f"writing a checkpoint shaped like {args.layout} ({spec.description}) to {tmp}")
-            path = _layouts.write_layout(args.layout, tmp)
+            path = _model_shapes.write_layout(args.layout, tmp)
             return _measure_checkpoint(args, env, out, [path])
     paths = list(args.checkpoints)
     for p in paths:
@@ -317,10 +324,10 @@ def _measure_checkpoint(args, env, out, paths) -> tuple:
         out("the checkpoint holds no tensors; nothing to measure")
         return EXIT_OK, {"files": [str(f) for f in ckpt.files], "tensors": 0, "bytes": 0}
 
-    tensors = _host.wrap(ckpt.arrays)
-    host_clone_bad = _host.mismatches(ckpt.names, ckpt.arrays,
+    tensors = _cpu.wrap(ckpt.arrays)
+    host_clone_bad = _cpu.mismatches(ckpt.names, ckpt.arrays,
                                       [etptr.clone_tensor_ptr(t) for t in tensors])
-    cases = _host.host_cases(ckpt.arrays, tensors, torch=_host_torch(args, env))
+    cases = _cpu.host_cases(ckpt.arrays, tensors, torch=_host_torch(args, env))
     labels = {c.key: c.label for c in cases}
     prepared = files = None
     with env.context():
@@ -329,7 +336,7 @@ def _measure_checkpoint(args, env, out, paths) -> tuple:
                 prepared = _cuda.checkpoint_cases(env, ckpt.names, ckpt.arrays, tensors,
                                                   args.line_rate_size)
                 cases += prepared.cases
-            files = _files.file_cases(env, paths, ckpt,
+            files = _file_io.file_cases(env, paths, ckpt,
                                       progress=not args.no_progress and nbytes > 256 * MiB)
             cases += files.cases
             labels.update({c.key: c.label for c in files.cases})
@@ -389,7 +396,7 @@ def _measure_checkpoint(args, env, out, paths) -> tuple:
     if host_clone_bad:
         out(f"host clone differs for: {', '.join(host_clone_bad[:5])}")
     if args.plot:
-        _files.plot_bars(bars, args.plot, f"checkpoint {fmt_size(nbytes)}, {count} tensors: "
+        _file_io.plot_bars(bars, args.plot, f"checkpoint {fmt_size(nbytes)}, {count} tensors: "
                                           f"file <-> {env.device if env.available else 'cpu'}")
         out(f"plot: {args.plot}")
     report["timings"] = {k: t.as_dict() for k, t in timings.items()}

@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 
 import etptr
-from etptr.bench._host import mismatches, plain_view
+from etptr.bench._cpu import mismatches, plain_view
 from etptr.bench._timing import Case
 
 

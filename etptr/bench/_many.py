@@ -90,7 +90,7 @@ def _set_cases(env, prefix, host_arrays, tensors, whole=None):
     add("etptr_batch.d2h", "etptr clone_tensor_ptrs_to (batched)", lambda: clones_to(batch, "cpu"), "D2H")
     add("etptr_copy.d2h", "etptr d2h_copy into existing pinned tensors (batched)",
         lambda: etptr.d2h_copy(outs, pins), "D2H")
-    from etptr.bench._host import plain_view
+    from etptr.bench._cpu import plain_view
     plain = [plain_view(a) for a in host_arrays]
     cdev = [cp.asarray(a) for a in plain]
     add("cupy.h2d", "cupy.asarray per tensor", lambda: [cp.asarray(a) for a in plain], "H2D")
@@ -169,7 +169,7 @@ def _register_probe(env, path, sizes):
 
 def run_many(env, args, out) -> tuple:
     """Measure and print; returns (status, report)."""
-    from etptr.bench import _layouts
+    from etptr.bench import _model_shapes
     if not (env.available and env.etptr_ok):
         out(f"--many needs CUDA and etptr's CUDA allocator: "
             f"{env.reason or env.etptr_reason}; nothing to measure")
@@ -177,12 +177,12 @@ def run_many(env, args, out) -> tuple:
     rng = np.random.default_rng(0)
     small = [rng.integers(0, 255, SMALL_BYTES, dtype=np.uint8) for _ in range(SMALL_COUNT)]
     small_t = [etptr.make_tensor_ptr(a) for a in small]
-    from etptr.bench._files import scratch_dir
+    from etptr.bench._file_io import scratch_dir
     tmp = tempfile.TemporaryDirectory(prefix="etptr-many-", dir=scratch_dir(1 << 31))
     report, ok = {}, True
     try:
         with env.context():
-            path = _layouts.write_layout("qwen2.5-0.5b", tmp.name)
+            path = _model_shapes.write_layout("qwen2.5-0.5b", tmp.name)
             with open(path, "rb") as f:
                 while f.read(64 << 20):
                     pass                                  # page cache warm

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from etptr.bench import _cuda, _host
+from etptr.bench import _cpu, _cuda
 from etptr.bench._report import GiB, KiB, MiB, fmt_gbps, fmt_ratio, fmt_size, ratio, table
 from etptr.bench._timing import run_cases
 
@@ -99,8 +99,8 @@ def run_sweep(env, sizes, *, repeats: int, warmup: int, progress: bool) -> Sweep
         result = SweepResult(sizes, prep.series, round_trip_bad=prep.round_trip_bad,
                              mode="cuda", device=f"{env.device} ({env.name})")
     else:
-        series, cases = _host.sweep_cases(host, sizes, number_for, rep)
-        bad = _host.sweep_check(host, sizes)
+        series, cases = _cpu.sweep_cases(host, sizes, number_for, rep)
+        bad = _cpu.sweep_check(host, sizes)
         timings = run_cases(cases, repeats=repeats, warmup=warmup, progress=progress,
                             desc="etptr-bench sweep")
         result = SweepResult(sizes, series, round_trip_bad=bad, mode="host", device="host")

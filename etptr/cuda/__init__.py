@@ -3,7 +3,8 @@
 :class:`CudaAllocator` serves ``DeviceType.CUDA``; it registers itself the
 first time the CUDA allocator is looked up, when CuPy imports and a CUDA
 device exists. Importing this package does not import CuPy: CuPy is imported
-on the first call that needs it.
+on the first call that needs it, and ``import etptr`` does not import this
+package (the registry does, on the first lookup of CUDA's allocator).
 
 The copy engine's settings (threads T, slot bytes S, slots K, small-copy
 threshold) are process-wide (:func:`set_copy_config`, or the environment
@@ -11,8 +12,22 @@ variable ``ETPTR_COPY_CONFIG="threads=16,slot_bytes=16777216,slots=3"`` read on
 first import), per thread for a block (:func:`copy_config`), or per call
 (keywords of :meth:`CudaAllocator.copy_host_to_device` / ``copy_device_to_host``).
 The defaults (16 threads, or one per CPU the process may use when fewer;
-16 MiB slots, 3 slots, 64 KiB small-copy threshold) come from ``bench/sweep_copy.py`` on an H200 host (PCIe Gen5 x16);
-its output is ``bench/results/h200x2_sweep_copy.txt``.
+16 MiB slots, 3 slots, 64 KiB small-copy threshold) were measured on H200 hosts
+(PCIe Gen5 x16); ``bench/results/DECISIONS.md`` records how, as it does for the
+engine's internal tuning (:mod:`etptr.cuda._tuning`).
+
+The byte ranges the engine speaks of:
+
+* a **piece**: one contiguous range a caller asks to move (a tensor's bytes, a
+  run of a file); a batch is a list of pieces;
+* a **run**: consecutive pieces of a file that go into consecutive device
+  bytes (a checkpoint's layout, :func:`etptr.checkpoint.layout_file`);
+* a **chunk**: the part of a pipelined copy that moves through one slot at a
+  time (at most S bytes);
+* a **slot**: one page-locked staging buffer of S bytes; K of them form a
+  device's ring, used round-robin, each with the event of its last DMA;
+* a **block**: page-locked memory from the :class:`PinnedHostPool` (a slot taken
+  from the pool, or a device -> host result); sized by size class.
 
 Processes: CUDA does not survive ``os.fork()``. In a child forked after CUDA
 was initialised (by etptr, or by CuPy before the fork), every CUDA call

@@ -6,31 +6,35 @@ own batched copy runs 4-7 GB/s for 16 KiB pieces), so a batch is reshaped
 into large transfers:
 
 * Pieces whose device side is laid out in one range, in order (the results
-  of a batched clone in one :class:`DeviceMemoryBuffer`, a checkpoint's
-  tensors): one pipelined copy of the range; the copy threads gather (H2D)
+  of a batched clone in their one allocation, a checkpoint file's tensors in
+  their buffer): one pipelined copy of the range; the copy threads gather (H2D)
   or scatter (D2H) the host pieces into the pinned slots, one DMA per slot.
   Such a DMA also moves the bytes between pieces, so gaps count as one range
   only where nothing of anyone else's lies in them: in a batched clone's own
-  allocation (``padded``: each result's padding to a 256-byte multiple), in
+  allocation (BATCH_PADDED: each result's padding to a 256-byte multiple), in
   a file's upload (documented), or, read only, on the device side of a
   download into pageable memory. Elsewhere a range has no gaps.
 * Device sides scattered over separate allocations (copies into existing
-  tensors, a KV cache): pieces of 1 MiB and more with pageable host sides go in
-  one pipelined copy of their bytes packed in order, each chunk's DMA one per
-  piece it holds; page-locked ones of 1 MiB and more go one by one through the
+  tensors, a KV cache): large pieces (the tuning's ``large_piece``) with pageable
+  host sides go in one pipelined copy of their bytes packed in order, each chunk's
+  DMA one per piece it holds; page-locked ones go one by one through the
   single-copy path (one DMA each); the small ones go in rounds through a
   per-device scratch area: host pieces are packed into it by one pipelined
   copy and a kernel scatters them to their tensors (H2D), or a kernel gathers
-  them into it and one copy brings it down (D2H). Without a kernel (the CUDA
-  stand-in, a driver that cannot load PTX) each piece is copied alone.
-
+  them into it and one copy brings it down (D2H). Without a kernel (a driver
+  that cannot load PTX) each piece is copied alone.
 * Pieces of an open file (a checkpoint's data) into one device range: one
   pipelined copy whose copy threads read the file straight into the pinned
   slots (``pread``; see :func:`c_h2d_file`).
 
-The scratch area (up to 64 MiB per device, grown on demand, kept for reuse)
-is ordered by an event: a batch queued on another stream waits for the
-previous user's last kernel before it writes to it.
+What the caller knows of a batch comes down as ``facts`` (the BATCH_ flags of
+``_device_allocator.pxd``: the pieces' padding, one device or host allocation,
+host memory from ``allocate_host``); only what it does not know is asked of the
+driver.
+
+The scratch area (up to the tuning's ``scratch_max`` per device, grown on demand,
+kept for reuse) is ordered by an event: a batch queued on another stream waits
+for the previous user's last kernel before it writes to it.
 """
 cimport cython
 from libc.stdint cimport int64_t, intptr_t, uint64_t, uintptr_t

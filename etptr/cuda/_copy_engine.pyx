@@ -1,28 +1,30 @@
 """The host<->device copy engine: settings, per-device copy streams, the pipeline.
 
 Host -> device from pageable memory over the small-copy threshold goes in chunks
-through K pinned slots of S bytes (an upload of K slots or more, up to 256 MiB, starts
-with an 8 MiB chunk and grows by half each chunk up to S: its first DMA starts sooner):
-for chunk i the engine waits for slot i%K's event, T threads copy the chunk into
-the slot (without the GIL, :mod:`etptr._core._host_copy`; non-temporal stores in
-copies from memory up to 64 MiB, and in uploads from a file up to 128 MiB, whose
-reads go through each thread's bounce buffer), the slot's DMA is queued on the
-device's copy stream and the slot's event recorded, so the host copy of chunk i+1
-overlaps the DMA of chunk i. A page-locked source goes up in one DMA;
-a small pageable one in one ``cudaMemcpyAsync``, a tiny one as
-:mod:`etptr.cuda._small_copy` makes it (stream writes, or page-locked slots).
-Device -> host into page-locked memory is one DMA (a synchronous one of up to
-1 MiB waited for on that module's fence); into pageable memory it is staged in
-reverse.
-The pipeline also moves many pieces at once (:c:type:`HostList`): each chunk
-is gathered from (or scattered to) the pieces that fall in it.
+through K pinned slots of S bytes (an upload of K slots or more, up to the tuning's
+``ramp_max``, starts with a ``ramp_first`` chunk that grows by ``ramp_growth``
+percent each chunk up to S: its first DMA starts sooner): for chunk i the engine
+waits for slot i%K's event, T threads copy the chunk into the slot (without the
+GIL, :mod:`etptr._core._host_copy`; non-temporal stores in copies from memory up
+to ``nt_max`` bytes, and in uploads from a file up to ``nt_file_max``, whose reads
+go through each thread's bounce buffer), the slot's DMA is queued on the device's
+copy stream and the slot's event recorded, so the host copy of chunk i+1 overlaps
+the DMA of chunk i. A page-locked source goes up in one DMA; a small pageable one
+in one ``cudaMemcpyAsync``, a tiny one as :mod:`etptr.cuda._small_copy` makes it
+(stream writes, or page-locked slots). Device -> host into page-locked memory is
+one DMA (a synchronous one of up to ``fence_max`` waited for on that module's
+fence); into pageable memory it is staged in reverse. The pipeline also moves
+many pieces at once (:c:type:`HostList`): each chunk is gathered from (or
+scattered to) the pieces that fall in it. Every few chunks (``signal_every``) it
+takes the GIL to call the copy's progress callback and to check for
+KeyboardInterrupt and a fork.
 
-:func:`c_h2d` and :func:`c_d2h` are the one entry per direction:
-each checks fork state once, enters the device's context once, checks the
-device range, picks the path and restores the caller's context. Defaults
-were measured on H200 hosts (PCIe Gen5 x16) by ``bench/sweep_copy.py``
-(its output: ``bench/results/h200x2_sweep_copy.txt``): T=16 (capped at the CPUs this
-process may use), S=16 MiB, K=3, small copies up to 64 KiB.
+:func:`c_h2d` and :func:`c_d2h` are the one entry per direction: each checks fork
+state once, enters the device's context once, checks the device range, picks the
+path and restores the caller's context. The tuning fields named here live in
+:mod:`etptr.cuda._tuning`; the settings T, S, K and the small-copy threshold are
+the users' (:func:`etptr.cuda.set_copy_config`; defaults T=16 capped at the CPUs
+this process may use, S=16 MiB, K=3, 64 KiB: ``bench/results/DECISIONS.md``).
 """
 cimport cython
 from cpython.exc cimport PyErr_CheckSignals

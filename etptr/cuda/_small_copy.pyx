@@ -15,8 +15,7 @@ spins on the word for up to 0.2 ms before it synchronises the stream after all
 (which also reports a copy that failed: the stream then writes nothing more).
 The engine asks for the fence after stream writes and after downloads into
 page-locked memory, where it was measured to pay; after an upload's DMA stream
-synchronisation was as fast or faster (bench/results/h200_probe_tiny.txt,
-h200_probe_small_copies.txt).
+synchronisation was as fast or faster (``bench/results/DECISIONS.md``, fence).
 """
 cimport cython
 from libc.stdint cimport int64_t, intptr_t, uint32_t, uint64_t, uintptr_t
@@ -148,7 +147,7 @@ cdef int c_tiny_h2d(uintptr_t dst, uintptr_t src, int64_t nbytes, int dev, intpt
     (``sync_on_copy_stream``: and ``s`` is the device's copy stream, where the fence may
     serve). ``writable``: stream writes may target ``dst`` (not managed memory). A queued 4-byte
     stream write took half the time of a slot's copy, whose cuEventSynchronize alone
-    costs about 1.3 us (bench/results/h200_probe_small_copies.txt)."""
+    costs about 1.3 us (``bench/results/DECISIONS.md``, stream_writes)."""
     global _writes_work
     cdef _Small sm
     cdef _Small fence = None

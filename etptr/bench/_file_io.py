@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 import etptr
-from etptr.bench._host import mismatches, plain_view, wrap
+from etptr.bench._cpu import mismatches, plain_view, wrap
 from etptr.bench._timing import Case
 
 
