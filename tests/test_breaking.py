@@ -42,7 +42,7 @@ def _describe(rc):
 # (SIGSEGV) or leave a file whose header disagrees with its data.
 
 
-@pytest.mark.parametrize("hook", ["_create_temp", "_fill"])
+@pytest.mark.parametrize("hook", ["TempFile", "_fill"])
 def test_save_of_a_tensor_resized_after_the_header_was_built_writes_the_snapshot(hook):
     rc, out = _run_isolated(f"""
         import os, tempfile

@@ -777,3 +777,59 @@ def test_messages_show_huge_values_cut_short(tmp_path):
         with pytest.raises(CheckpointError) as info:
             parse_header(path)
         assert len(str(info.value)) < 400 and f"tensor {name!r}" in str(info.value)
+
+
+# ------------------------------------------------------------------ refusals name the tensor
+
+@pytest.mark.parametrize("text, why", [
+    ('{"w":{"dtype":"F32","dtype":"F32","shape":[1],"data_offsets":[0,4]}}',
+     "the key 'dtype' occurs twice in one object"),
+    ('{"w":{"dtype":"F32","shape":[NaN],"data_offsets":[0,4]}}', "NaN is not JSON"),
+    ('{"w":{"dtype":"F32","shape":[12345678901234567890123456],"data_offsets":[0,4]}}',
+     "an integer of 26 digits"),
+    ('{"v":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},'
+     '"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":{"a":1,"a":2}}}',
+     "the key 'a' occurs twice"),
+])
+def test_a_refusal_inside_an_entry_names_the_tensor(tmp_path, text, why):
+    path = write_raw(tmp_path / "r.safetensors", text.encode(), bytes(4))
+    with pytest.raises(CheckpointError, match=re.escape(f"tensor 'w': the header is refused: {why}")):
+        parse_header(path)
+
+
+def test_a_name_repeated_at_the_top_names_itself(tmp_path):
+    text = b'{"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"w":{}}'
+    path = write_raw(tmp_path / "r.safetensors", text, bytes(4))
+    with pytest.raises(CheckpointError, match="the key 'w' occurs twice in one object"):
+        parse_header(path)
+
+
+@pytest.mark.parametrize("text, what", [
+    (b'{"w\\ud800":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}', "the name 'w\\\\ud800'"),
+    (b'{"__metadata__":{"k":"v\\udfff"},"w":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}',
+     r"__metadata__\['k'\]"),
+])
+def test_text_that_is_not_unicode_is_refused(tmp_path, text, what):
+    # a lone surrogate escape decodes to a str that no UTF-8 can hold: save_safetensors
+    # refuses such a name, and so does the reader
+    path = write_raw(tmp_path / "s.safetensors", text, bytes(4))
+    with pytest.raises(CheckpointError, match=what + ".* not valid Unicode"):
+        parse_header(path)
+    with pytest.raises(CheckpointError, match="not valid Unicode"):
+        etptr.load_safetensors(path, "cpu")
+
+
+@pytest.mark.parametrize("call", ["parse_header", "read_plan", "load", "index", "save"])
+def test_a_nul_byte_in_a_path_is_a_checkpoint_error(tmp_path, call):
+    bad = str(tmp_path / "a\0b.safetensors")
+    if call == "index":
+        call, bad = "load", bad + ".index.json"
+    with pytest.raises(CheckpointError, match="NUL"):
+        if call == "parse_header":
+            parse_header(bad)
+        elif call == "read_plan":
+            read_plan([bad])
+        elif call == "load":
+            etptr.load_safetensors(bad, "cpu")
+        else:
+            etptr.save_safetensors({"a": etptr.ones([2])}, bad)

@@ -4,6 +4,7 @@ import io
 import json
 import mmap
 import os
+import textwrap
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from etptr.testing import HostDeviceAllocator, use_allocator
 
 from _checkpoint_helpers import (
     DTYPES, NUMPY_DTYPES, entry, open_fds, random_array, raw_bytes, reference_serialize, write_raw)
+from _helpers import run_isolated
 
 SHAPES = [(2, 3), (), (0, 4), (5,), (1, 1, 3)]
 
@@ -410,3 +412,109 @@ def test_a_path_that_becomes_a_fifo_is_refused_not_waited_on(tmp_path):
     """, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "refused:" in out.stdout and "not a regular file" in out.stdout
+
+
+# ------------------------------------------------------------------ writes through read-only views
+
+_WRITE_IGNORING_THE_FLAG = """
+    import ctypes, os, sys
+    import numpy as np
+    import etptr
+    sys.path.insert(0, {tests!r})
+    from _dlpack_ctypes import DLManagedTensorVersioned
+
+    path = {path!r}
+    before = open(path, "rb").read()
+    out = etptr.load_safetensors(path, "cpu")
+    t = out["a"]
+    assert t.readonly
+    {write}
+    assert open(path, "rb").read() == before, "the file changed"
+    print("OK", out["b"].numpy().tolist())
+"""
+
+_MINIMAL_CONSUMER = """
+    # a DLPack consumer that ignores DLPACK_FLAG_BITMASK_READ_ONLY: it writes through the
+    # pointer, then renames the capsule and runs the deleter, as consumers do
+    api = ctypes.pythonapi
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    cap = t.__dlpack__(max_version=(1, 0))
+    ptr = api.PyCapsule_GetPointer(cap, b"dltensor_versioned")
+    managed = DLManagedTensorVersioned.from_address(ptr)
+    assert managed.flags & 1                            # DLPACK_FLAG_BITMASK_READ_ONLY
+    ctypes.memset(managed.dl_tensor.data + managed.dl_tensor.byte_offset, 0x7F, t.nbytes)
+    api.PyCapsule_SetName(cap, b"used_dltensor_versioned")
+    managed.deleter(ptr)
+    assert (t.numpy().view(np.uint8) == 0x7F).all()   # the view sees its own write
+"""
+
+
+@pytest.mark.parametrize("consumer", ["minimal", "torch"])
+def test_a_consumer_ignoring_read_only_cannot_crash_or_change_the_file(tmp_path, consumer):
+    path = tmp_path / "m.safetensors"
+    etptr.save_safetensors({"a": etptr.full([1024], 1.5), "b": etptr.full([3], 2.0)}, path)
+    if consumer == "torch":
+        pytest.importorskip("torch")
+        write = "import torch; torch.from_dlpack(t).add_(1)"
+    else:
+        write = _MINIMAL_CONSUMER
+    write = textwrap.dedent(write).strip("\n").replace("\n", "\n    ")
+    code = _WRITE_IGNORING_THE_FLAG.format(tests=os.path.dirname(__file__), path=str(path),
+                                          write=write)
+    proc = run_isolated(code, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stdout.split() == ["OK", "[2.0,", "2.0,", "2.0]"]    # its neighbour intact
+    back = etptr.load_safetensors(path, "cpu")
+    assert back["a"].numpy().tolist() == [1.5] * 1024
+
+
+# ------------------------------------------------------------------ files rewritten in place
+
+def _aged_file(tmp_path, nbytes):
+    """A checkpoint of one U8 tensor whose modification time lies in the past, so that a
+    rewrite now changes it whatever the file system's timestamp granularity."""
+    path = tmp_path / "m.safetensors"
+    etptr.save_safetensors({"w": etptr.make_tensor_ptr(np.full(nbytes, 1, np.uint8))}, path)
+    os.utime(path, ns=(10**18, 10**18))
+    return path, etptr.checkpoint.parse_header(path).data_offset
+
+
+def _rewrite(path, offset, nbytes):
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes([2]) * nbytes, offset)     # in place: same size, same inode
+    finally:
+        os.close(fd)
+
+
+def test_a_file_rewritten_during_a_device_load_is_refused(tmp_path):
+    n = (64 << 20) + 4096                  # two groups of the generic upload
+    path, offset = _aged_file(tmp_path, n)
+
+    class Rewriting(HostDeviceAllocator):
+        def copy_host_to_device(self, dst, src, nbytes, index, **kw):
+            _rewrite(path, offset, n)      # after the first group was read
+            return super().copy_host_to_device(dst, src, nbytes, index, **kw)
+
+    alloc = Rewriting()
+    with use_allocator(alloc):
+        with pytest.raises(CheckpointError, match="was written to while it was read"):
+            etptr.load_safetensors(path, "cuda", progress=False)
+        assert alloc.live_bytes == 0
+
+
+def test_a_file_rewritten_during_a_pinned_load_is_refused(tmp_path, monkeypatch):
+    n = 1 << 20
+    path, offset = _aged_file(tmp_path, n)
+    real = etptr.checkpoint._load.parallel_read
+
+    def rewrite_then_read(*args, **kwargs):
+        _rewrite(path, offset, n // 2)     # half the data new: the read mixes both
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(etptr.checkpoint._load, "parallel_read", rewrite_then_read)
+    with use_allocator(PinnedHostAllocator()):
+        with pytest.raises(CheckpointError, match="was written to while it was read"):
+            etptr.load_safetensors(path, "cpu", pinned=True)

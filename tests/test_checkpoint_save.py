@@ -236,7 +236,7 @@ def test_bad_paths(tmp_path):
     with pytest.raises(CheckpointError, match="is a directory"):
         etptr.save_safetensors({"a": _GOOD}, tmp_path / "d.safetensors")
     (tmp_path / "file").write_bytes(b"")
-    with pytest.raises(CheckpointError, match="does not exist"):
+    with pytest.raises(CheckpointError, match="file' is not a directory"):
         etptr.save_safetensors({"a": _GOOD}, tmp_path / "file" / "x.safetensors")
     for bad in (b"x.safetensors", 3, "", None):
         with pytest.raises(CheckpointError, match="path="):
@@ -388,3 +388,39 @@ def test_fsync_only_when_asked(tmp_path, monkeypatch, durable):
     etptr.save_safetensors({"t": etptr.ones([4])}, tmp_path / "f.safetensors", fsync=durable)
     assert bool(synced) is durable
     assert reference_read(tmp_path / "f.safetensors")["t"][2] == np.ones(4, np.float32).tobytes()
+
+
+# ------------------------------------------------------------------ names and directories
+
+@pytest.mark.parametrize("nbytes", [243, 255])
+def test_a_long_utf8_name_the_file_system_takes_is_saved(tmp_path, nbytes):
+    # 4-byte characters: the temporary name is cut in bytes, on a character boundary
+    stem = "\U0001F600" * ((nbytes - len(".safetensors")) // 4)
+    name = stem + "x" * ((nbytes - len(".safetensors")) % 4) + ".safetensors"
+    assert len(name.encode()) == nbytes
+    path = tmp_path / name
+    etptr.save_safetensors({"a": _GOOD}, path)
+    assert reference_read(path)["a"][2] == np.ascontiguousarray(_GOOD.numpy()).tobytes()
+    _only(tmp_path, name)
+
+
+def test_a_name_past_the_file_systems_limit_is_a_checkpoint_error(tmp_path):
+    with pytest.raises(CheckpointError, match="cannot"):
+        etptr.save_safetensors({"a": _GOOD}, tmp_path / ("n" * 300 + ".safetensors"))
+    _only(tmp_path)
+
+
+def test_a_directory_that_cannot_be_reached_is_a_checkpoint_error(tmp_path):
+    long_component = tmp_path / ("d" * 300) / "x.safetensors"     # ENAMETOOLONG
+    with pytest.raises(CheckpointError, match="cannot be reached .File name too long"):
+        etptr.save_safetensors({"a": _GOOD}, long_component)
+    if os.geteuid() == 0:
+        return                          # root searches any directory
+    locked = tmp_path / "locked"
+    (locked / "inner").mkdir(parents=True)
+    locked.chmod(0)
+    try:
+        with pytest.raises(CheckpointError, match="cannot be reached .Permission denied"):
+            etptr.save_safetensors({"a": _GOOD}, locked / "inner" / "x.safetensors")
+    finally:
+        locked.chmod(0o700)

@@ -16,6 +16,7 @@ import numpy as np
 
 from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._tensor_ptr import TensorPtr
+from etptr.checkpoint._descriptors import ReadOnlyFile
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import FilePlan, TensorEntry, file_identity
 
@@ -39,10 +40,11 @@ def _difference(plan: FilePlan, st: os.stat_result) -> str | None:
     return None
 
 
-def open_checked(plan: FilePlan) -> int:
-    """A read-only file descriptor of the file, after checking that it is still the
-    file whose header was read (a regular file of the same size and
-    :func:`~etptr.checkpoint._format.file_identity`). The caller closes it.
+def open_checked(plan: FilePlan) -> ReadOnlyFile:
+    """The file opened read-only, after checking that it is still the file whose header
+    was read (a regular file of the same size and
+    :func:`~etptr.checkpoint._format.file_identity`). The caller closes it (``with``);
+    it closes itself when dropped.
 
     Raises
     ------
@@ -50,21 +52,17 @@ def open_checked(plan: FilePlan) -> int:
         The file cannot be opened, or it changed since its header was read.
     """
     try:
-        # O_NONBLOCK: a path that became a FIFO meanwhile must not block the open
-        fd = os.open(plan.path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        f = ReadOnlyFile(plan.path)
     except OSError as exc:
         raise CheckpointError(f"{plan.path}: cannot be opened ({exc.strerror or exc})") from None
-    try:
-        why = _difference(plan, os.fstat(fd))
-        if why is not None:
-            raise CheckpointError(f"{plan.path}: {why}: the file changed")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    why = _difference(plan, os.fstat(f.fileno()))
+    if why is not None:
+        f.close()
+        raise CheckpointError(f"{plan.path}: {why}: the file changed")
+    return f
 
 
-def check_unchanged(plan: FilePlan, fd: int) -> None:
+def check_unchanged(plan: FilePlan, f: ReadOnlyFile) -> None:
     """After reading: the open file is still the one :func:`open_checked` accepted
     (size and identity, its modification and status-change times included), so the
     bytes read are that file's.
@@ -74,15 +72,17 @@ def check_unchanged(plan: FilePlan, fd: int) -> None:
     CheckpointError
         It was written to or truncated while it was read.
     """
-    why = _difference(plan, os.fstat(fd))
+    why = _difference(plan, os.fstat(f.fileno()))
     if why is not None:
         raise CheckpointError(f"{plan.path}: was written to while it was read ({why}): the "
                               f"file changed while loading")
 
 
 def map_file(plan: FilePlan) -> memoryview | None:
-    """A read-only memoryview of the whole file, mapped; None when the plan's
-    tensors hold no bytes (nothing needs mapping).
+    """A read-only memoryview of the whole file, mapped privately (copy-on-write: a
+    write through a view that ignores the read-only flag changes neither the file nor
+    anyone else's memory, and cannot fault); None when the plan's tensors hold no bytes
+    (nothing needs mapping).
 
     Raises
     ------
@@ -92,14 +92,16 @@ def map_file(plan: FilePlan) -> memoryview | None:
     """
     if not any(t.nbytes for t in plan.tensors):
         return None
-    fd = open_checked(plan)
-    try:
-        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-    except OSError as exc:
-        raise CheckpointError(f"{plan.path}: cannot be mapped ({exc.strerror or exc})") from None
-    finally:
-        os.close(fd)
-    return memoryview(mm)
+    with open_checked(plan) as f:
+        try:
+            # private and copy-on-write: the views are read-only, but a consumer that
+            # ignores that (torch.from_dlpack does) writes into private pages, never into
+            # the file, instead of faulting on a read-only map
+            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        except OSError as exc:
+            raise CheckpointError(f"{plan.path}: cannot be mapped ({exc.strerror or exc})") \
+                from None
+    return memoryview(mm).toreadonly()
 
 
 def host_view(plan: FilePlan, entry: TensorEntry, mapped: memoryview | None) -> TensorPtr:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from etptr._core._scalar_type import ScalarType, element_size
+from etptr.checkpoint._descriptors import ReadOnlyFile
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._header_scan import TensorEntry, scan_header
 
@@ -224,37 +225,39 @@ def file_identity(st: os.stat_result) -> FileIdentity:
 def _read_header_bytes(path: Path) -> tuple[bytes, int, FileIdentity]:
     """``(header JSON bytes, file size, file identity)``; every failure is a CheckpointError."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        f = ReadOnlyFile(path)
     except FileNotFoundError:
         _fail(path, "no such file")
     except OSError as exc:
         _fail(path, f"cannot be opened ({exc.strerror or exc})")
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            _fail(path, "is a directory, not a .safetensors file")
-        if not stat.S_ISREG(st.st_mode):
-            _fail(path, "is not a regular file")
-        size = st.st_size
-        if size < 8:
-            _fail(path, f"is {size} bytes long, too short for the 8-byte header length")
-        n = int.from_bytes(_pread_exact(fd, 8, 0, path), "little")
-        hint = ""
-        if n > MAX_HEADER_BYTES or 8 + n > size:
-            head = _pread_exact(fd, min(size, 16), 0, path)
-            if not head[8:9] == b"{":             # a safetensors header is a JSON object
-                hint = " (the file does not look like a safetensors file)"
-        if n > MAX_HEADER_BYTES:
-            _fail(path, f"the header length {n} bytes is over the format's limit of "
-                        f"{MAX_HEADER_BYTES} bytes{hint}")
-        if 8 + n > size:
-            _fail(path, f"the header length {n} bytes runs past the end of the file "
-                        f"({size} bytes){hint}")
-        return _pread_exact(fd, n, 8, path), size, file_identity(st)
-    except OSError as exc:
-        _fail(path, f"cannot be read ({exc.strerror or exc})")
-    finally:
-        os.close(fd)
+    except ValueError as exc:                    # a NUL byte in the path
+        _fail(path, str(exc))
+    with f:
+        try:
+            fd = f.fileno()
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                _fail(path, "is a directory, not a .safetensors file")
+            if not stat.S_ISREG(st.st_mode):
+                _fail(path, "is not a regular file")
+            size = st.st_size
+            if size < 8:
+                _fail(path, f"is {size} bytes long, too short for the 8-byte header length")
+            n = int.from_bytes(_pread_exact(fd, 8, 0, path), "little")
+            hint = ""
+            if n > MAX_HEADER_BYTES or 8 + n > size:
+                head = _pread_exact(fd, min(size, 16), 0, path)
+                if not head[8:9] == b"{":             # a safetensors header is a JSON object
+                    hint = " (the file does not look like a safetensors file)"
+            if n > MAX_HEADER_BYTES:
+                _fail(path, f"the header length {n} bytes is over the format's limit of "
+                            f"{MAX_HEADER_BYTES} bytes{hint}")
+            if 8 + n > size:
+                _fail(path, f"the header length {n} bytes runs past the end of the file "
+                            f"({size} bytes){hint}")
+            return _pread_exact(fd, n, 8, path), size, file_identity(st)
+        except OSError as exc:
+            _fail(path, f"cannot be read ({exc.strerror or exc})")
 
 
 def _decode(path: Path, raw: bytes) -> dict[str, Any]:
@@ -265,7 +268,7 @@ def _decode(path: Path, raw: bytes) -> dict[str, Any]:
     try:
         header = loads_strict(text)
     except _Refused as exc:
-        _fail(path, f"the header is refused: {exc}")
+        _fail(path, f"the header is refused: {exc}", _tensor_refused(text))
     except RecursionError:
         _fail(path, "the header's JSON nests too deeply")
     except ValueError as exc:
@@ -273,6 +276,58 @@ def _decode(path: Path, raw: bytes) -> dict[str, Any]:
     if not isinstance(header, dict):
         _fail(path, f"the header is a JSON {type(header).__name__}, not an object")
     return header
+
+
+class _Flagged(dict):  # type: ignore[type-arg]
+    """An object of the lenient decoding whose keys repeat."""
+
+
+class _Refusal:
+    """A value the strict decoding refuses (NaN, an integer past int64)."""
+
+
+def _refused_inside(value: object) -> bool:
+    if isinstance(value, (_Flagged, _Refusal)):
+        return True
+    if isinstance(value, dict):
+        return any(_refused_inside(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_refused_inside(v) for v in value)
+    return False
+
+
+def _tensor_refused(text: str) -> str | None:
+    """The tensor whose header entry holds what the strict decoding refused, found by
+    decoding ``text`` again without refusing; None when the refusal is not inside one
+    entry (a tensor name repeated at the top level names itself)."""
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        return (_Flagged if len(set(keys)) != len(keys) else dict)(items)
+
+    def integer(digits: str) -> object:
+        return _Refusal() if len(digits.lstrip("-")) > _MAX_INT_DIGITS else int(digits)
+
+    try:
+        header = json.loads(text, object_pairs_hook=pairs, parse_int=integer,
+                            parse_constant=lambda name: _Refusal())
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(header, dict):
+        return None
+    for name, entry in header.items():
+        if name != "__metadata__" and _refused_inside(entry):
+            return name
+    return None
+
+
+def _check_name(path: Path, name: str) -> None:
+    """A tensor name must be Unicode text: a lone surrogate (a ``\\ud800`` escape) cannot
+    be UTF-8, which the format's names are."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        _fail(path, f"the name {name!r} is not valid Unicode (a lone surrogate escape): the "
+                    f"format's names are UTF-8")
 
 
 def _check_shape(path: Path, name: str, shape: object) -> tuple[int, ...]:
@@ -303,6 +358,7 @@ def _check_entry(path: Path, name: str, entry: object, data_size: int) -> Tensor
 
     A well-formed entry costs a few comparisons; the messages are made only on a
     failure."""
+    _check_name(path, name)
     if not isinstance(entry, dict):
         _fail(path, f"its header entry is a JSON {type(entry).__name__}, not an object", name)
     if entry.keys() != _ENTRY_KEY_SET:
@@ -351,6 +407,12 @@ def _check_metadata(path: Path, metadata: object) -> dict[str, str]:
     for key, value in metadata.items():
         if not isinstance(value, str):
             _fail(path, f"__metadata__[{key!r}] = {_show(value)} is not a string")
+        try:
+            key.encode("utf-8")
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            _fail(path, f"__metadata__[{key!r}] is not valid Unicode (a lone surrogate "
+                        f"escape): the format's text is UTF-8")
     return metadata
 
 

@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from etptr._core._device import Device, DeviceType, as_device
 from etptr._core._device_allocator import DEVICE_ALIGNMENT
 from etptr._core._device_memory import DeviceMemoryBuffer
@@ -42,6 +40,7 @@ from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._scalar_type import ScalarType
 from etptr._core._tensor_ptr import TensorPtr
 from etptr._core._tensor_ptr_maker import empty
+from etptr.checkpoint._descriptors import ReadOnlyFile
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._file import check_unchanged, host_view, map_file, open_checked
 from etptr.checkpoint._format import FilePlan, _read_header_bytes, plan_from_header
@@ -87,17 +86,14 @@ def _load_pinned(plan: CheckpointPlan, progress: Progress | None) -> dict[str, T
         dst: Any = block.numpy()
         if lay.runs:
             base = block.data_ptr
-            fd = open_checked(f)
-            try:
+            with open_checked(f) as opened:
                 try:
-                    parallel_read(fd, [(base + r.buffer_offset, r.file_offset, r.nbytes)
-                                       for r in lay.runs], threads)
+                    parallel_read(opened.fileno(), [(base + r.buffer_offset, r.file_offset,
+                                                     r.nbytes) for r in lay.runs], threads)
                 except (OSError, EOFError) as exc:
                     raise CheckpointError(f"{f.path}: reading the data failed, the file "
                                           f"changed while loading? ({exc})") from None
-                check_unchanged(f, fd)
-            finally:
-                os.close(fd)
+                check_unchanged(f, opened)
             done += f.nbytes
             if progress is not None:
                 progress(done, total)
@@ -161,14 +157,15 @@ def _file_to_device(source: FilePlan | _Unchecked, device: Device,
         layout = FileLayout((), (), (whole,), opened.data_size, DEVICE_ALIGNMENT)
     checked: list[FilePlan] = []
     views: list[TensorPtr] = []
-    fd = -1
+    file: ReadOnlyFile | None = None
     try:
         with DeviceMemoryBuffer.create(layout.nbytes, device, alignment=DEVICE_ALIGNMENT) as buf:
 
             def read_then_view() -> None:
                 # the file has been read; its last device copies may run meanwhile
                 p = plan if plan is not None else source.checked()   # type: ignore[union-attr]
-                check_unchanged(p, fd)
+                if file is not None:
+                    check_unchanged(p, file)
                 checked.append(p)
                 own = layout_file(p, DEVICE_ALIGNMENT)
                 if plan is None and (own.runs != layout.runs or own.nbytes != layout.nbytes):
@@ -179,10 +176,10 @@ def _file_to_device(source: FilePlan | _Unchecked, device: Device,
             if not layout.runs:
                 read_then_view()
             else:
-                fd = open_checked(opened)
+                file = open_checked(opened)
                 pieces = [(r.file_offset, r.buffer_offset, r.nbytes) for r in layout.runs]
                 try:
-                    buf.allocator.copy_file_to_device(buf.data_ptr, fd, pieces,
+                    buf.allocator.copy_file_to_device(buf.data_ptr, file.fileno(), pieces,
                                                       buf.device.index, progress=advance,
                                                       on_queued=read_then_view)
                 except (OSError, EOFError) as exc:
@@ -202,8 +199,8 @@ def _file_to_device(source: FilePlan | _Unchecked, device: Device,
                 raise bad from None
         raise
     finally:
-        if fd >= 0:
-            os.close(fd)
+        if file is not None:
+            file.close()
 
 
 def _load_to_device(sources: list[FilePlan | _Unchecked], device: Device,
@@ -317,12 +314,20 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
     -----
     Onto a device and with ``pinned=True`` the file is read (``pread``), not
     mapped: a file truncated or written to while it is read gives a
-    CheckpointError and nothing stays allocated. For ``"cpu"`` the tensors are
-    views of a map of each file, as ``numpy.memmap`` and the ``safetensors``
-    library read it: a file that another process truncates while its views
-    live ends the process with SIGBUS when they are read. A file replaced by
+    CheckpointError and nothing stays allocated. A write is seen by the file's
+    modification and status-change times, which the kernel keeps at its clock
+    tick (a few milliseconds): a rewrite in place within the same tick as the
+    file's previous change, keeping its size, is not seen. A file replaced by
     another between reading the header and opening it is refused
     (CheckpointError).
+
+    For ``"cpu"`` the tensors are read-only views of a private, copy-on-write
+    map of each file, as ``numpy.memmap`` and the ``safetensors`` library read
+    it: they show later changes of the file's pages, and a file that another
+    process truncates while its views live ends the process with SIGBUS when
+    they are read. A consumer that ignores the read-only flag (``torch.from_dlpack``
+    does) writes into private copies of the pages: the file never changes and
+    nothing faults.
 
     Examples
     --------

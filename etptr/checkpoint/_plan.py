@@ -101,6 +101,8 @@ def _fail(where: object, message: str) -> NoReturn:
 def _as_path(p: object, argname: str) -> Path:
     if isinstance(p, (str, os.PathLike)):
         s = os.fspath(p)
+        if isinstance(s, str) and "\0" in s:
+            raise CheckpointError(f"{argname}={s!r}: a path may not hold a NUL byte")
         if isinstance(s, str) and s:
             return Path(s)
     raise CheckpointError(f"{argname}={p!r}: expected a non-empty str or os.PathLike path")

@@ -11,7 +11,6 @@ import errno
 import json
 import mmap
 import os
-import secrets
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +24,7 @@ from etptr._core._error import NotFoundError
 from etptr._core._host_copy import copy_buffer
 from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._tensor_ptr import TensorPtr
+from etptr.checkpoint._descriptors import TempFile
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import DTYPE_NAMES, MAX_HEADER_BYTES, SAFETENSORS_DTYPES, dtype_rank
 
@@ -98,10 +98,21 @@ def _check_path(path: object) -> Path:
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str) \
             or not os.fspath(path):
         raise CheckpointError(f"path={path!r}: expected a non-empty str or os.PathLike path")
-    final = Path(os.fspath(path))
+    text = os.fspath(path)
+    if "\0" in text:
+        raise CheckpointError(f"path={text!r}: a path may not hold a NUL byte")
+    final = Path(text)
     parent = final.parent
-    if not parent.is_dir():
-        raise CheckpointError(f"{final}: the directory {str(parent)!r} does not exist")
+    try:
+        st = os.stat(parent)
+    except FileNotFoundError:
+        raise CheckpointError(f"{final}: the directory {str(parent)!r} does not exist") \
+            from None
+    except OSError as exc:          # a component too long, a directory that cannot be searched
+        raise CheckpointError(f"{final}: the directory {str(parent)!r} cannot be reached "
+                              f"({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise CheckpointError(f"{final}: {str(parent)!r} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise CheckpointError(f"{final}: the directory {str(parent)!r} is not writable")
     try:
@@ -208,19 +219,6 @@ def _write_mapped(fd: int, header: bytes, order: list[_Item]) -> None:
             pass
 
 
-def _create_temp(final: Path) -> tuple[int, Path]:
-    for _ in range(16):
-        tmp = final.with_name(f".{final.name[:200]}.{secrets.token_hex(6)}.tmp")
-        try:
-            return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666), tmp
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise CheckpointError(f"{final}: cannot create a file in {str(final.parent)!r} "
-                                  f"({exc.strerror or exc})") from None
-    raise CheckpointError(f"{final}: no free temporary name in {str(final.parent)!r}")
-
-
 def _sync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
@@ -286,22 +284,17 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
     final = _check_path(path)
     order = sorted(items, key=lambda it: (-dtype_rank(it.dtype), it.name))
     header = _header(order, meta)
-    fd, tmp = _create_temp(final)
     try:
+        file = TempFile(final)
+    except OSError as exc:
+        raise CheckpointError(f"{final}: cannot create a file in {str(final.parent)!r} "
+                              f"({exc.strerror or exc})") from None
+    with file:                       # leaving without the commit removes the file
         try:
-            _write_mapped(fd, header, order)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
-            raise CheckpointError(f"{final}: cannot be written ({exc.strerror or exc})") from exc
-        raise
+            _write_mapped(file.fileno(), header, order)
+            file.commit(durable=fsync)
+        except OSError as exc:
+            raise CheckpointError(f"{final}: cannot be written ({exc.strerror or exc})") \
+                from exc
     if fsync:
         _sync_dir(final.parent)
