@@ -17,24 +17,16 @@
 #   minilm      the same for all-minilm-l6-v2 alone
 #   bench_many  pytest-benchmark suite bench/bench_many.py
 #   checkpoint  etptr-bench on the installed all-MiniLM-L6-v2 checkpoint
-#   probe chunking sweep_copy two_gpu   the probes behind the engine's defaults
+#   sweep_copy  bench/sweep_copy.py: the sweep that chose the copy engine's defaults
+#   two_gpu     bench/two_gpu_upload.py: uploads to two GPUs at once against one alone
 #   probe_io    bench/probe_file_io.c: file -> pinned slots -> GPU, device -> new file,
 #               and 4-byte copies at the driver level
 #   tiny        bench/probe_tiny.c: the ways a 4-byte copy can be made (DMA, stream write,
 #               kernel; stream sync or a flag the host spins on)
-#   small       bench/probe_small_copies.py: 4- and 8-byte copies by each small-copy path
-#   ramp_down   bench/probe_ramp_down.py: uploads ending with halving chunks, paired
 #   costs       bench/probe_call_costs.py: a 4-byte copy's cost at each layer, beside CuPy's
-#   ring        bench/probe_ring.py: uploads through rings of fewer, smaller slots (cache-resident?)
-#   scattered   bench/probe_scattered.py: batched h2d_copy into separate tensors, one pipeline or not
 #   probe_load  bench/probe_load.py: load_safetensors step by step
-#   pool_cap    bench/probe_pool_cap.py: batched downloads larger than the pool's cache
-#   slots       bench/probe_slots.py: slot size, slot count and threads on mid-size
-#               batches and file loads; 4-byte copies into existing tensors
-#   pieces      bench/probe_pieces.py: how finely each slot's fill is cut among the threads
 #   probe_load_minilm  bench/probe_load.py all-minilm-l6-v2: the small checkpoint's load
 #   timeline    bench/probe_timeline.py: pipelined copies chunk by chunk (the engine's trace)
-#   fill        bench/probe_fill.py: slot fills as an upload walks the file, alone and beside a DMA
 #   topo        the machine's CPUs, NUMA nodes and the GPU's place among them
 set -u
 out=${1:?usage: bash bench/gpu_checks.sh OUTDIR [STEP ...]}
@@ -61,8 +53,6 @@ for step in $steps; do
         tests) ETPTR_LOAD_SECONDS=10 run tests 300 $py -m pytest -q -s -p no:cacheprovider tests/cuda ;;
         sweep) run sweep 300 $py -m etptr.bench --sweep --no-torch --repeats 5 --plot "$out/sweep.png" ;;
         torch_sweep) run torch_sweep 300 $py -m etptr.bench --sweep --repeats 5 ;;
-        probe) run probe 200 $py bench/probe_small.py ;;
-        chunking) run chunking 300 $py bench/probe_chunking.py ;;
         sweep_copy) run sweep_copy 300 $py bench/sweep_copy.py ;;
         two_gpu) run two_gpu 200 $py bench/two_gpu_upload.py ;;
         many) run many 300 $py -m etptr.bench --many --no-progress --json "$out/many.json" ;;
@@ -79,18 +69,10 @@ for step in $steps; do
                   run probe_io 200 "$out/probe_file_io" /dev/shm 1024 15 ;;
         tiny) cc -O2 bench/probe_tiny.c -ldl -o "$out/probe_tiny" &&
               run tiny 120 "$out/probe_tiny" ;;
-        small) run small 200 $py bench/probe_small_copies.py ;;
-        ramp_down) run ramp_down 300 $py bench/probe_ramp_down.py /dev/shm ;;
         costs) run costs 120 $py bench/probe_call_costs.py ;;
-        ring) run ring 300 $py bench/probe_ring.py /dev/shm ;;
-        scattered) run scattered 300 $py bench/probe_scattered.py /dev/shm ;;
         probe_load) run probe_load 200 $py bench/probe_load.py ;;
-        pool_cap) run pool_cap 200 $py bench/probe_pool_cap.py ;;
-        slots) run slots 300 $py bench/probe_slots.py ;;
-        pieces) run pieces 300 $py bench/probe_pieces.py ;;
         probe_load_minilm) run probe_load_minilm 200 $py bench/probe_load.py all-minilm-l6-v2 ;;
         timeline) run timeline 200 $py bench/probe_timeline.py /dev/shm ;;
-        fill) run fill 200 $py bench/probe_fill.py /dev/shm ;;
         topo) run topo 60 bash -c 'lscpu; numactl -H; nvidia-smi topo -m;
                   cat /sys/bus/pci/devices/*/numa_node | sort | uniq -c;
                   nvidia-smi -q | grep -i -A3 "bus id\|numa"; cat /proc/meminfo | head -5' ;;
