@@ -4,7 +4,7 @@ when the copy threads had filled (or drained) it ("copied"), when its DMA was
 queued, and when the copy was complete. A slot's wait ends when the DMA of the
 chunk K before it has completed, so the waits show the DMA's progress.
 
-    python bench/probe_timeline.py [DIR]      (default DIR: /dev/shm)
+    python bench/tools/probe_timeline.py [DIR]      (default DIR: /dev/shm)
 
 For each case the sample with the median total of 9 is printed whole, then the
 sums: the start-up (begin -> first DMA queued), the fills' rate, and the DMA's

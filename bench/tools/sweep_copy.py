@@ -2,7 +2,7 @@
 
 Run from the repository root on the GPU machine:
 
-    PYTHONPATH=. python bench/sweep_copy.py [--quick] [OUTFILE]
+    PYTHONPATH=. python bench/tools/sweep_copy.py [--quick] [OUTFILE]
 
 It measures the baselines (one raw cudaMemcpyAsync from/to pinned memory,
 cupy.asarray, cupy.ndarray.get, the host memcpy rate per thread count), then

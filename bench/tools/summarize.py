@@ -1,6 +1,6 @@
 """Print a pytest-benchmark JSON file as one line per benchmark, grouped.
 
-    python bench/summarize.py bench.json [OUTFILE]
+    python bench/tools/summarize.py bench.json [OUTFILE]
 
 Each line: the benchmark, its median, GB/s (``extra_info["GB/s"]``, as the suites and
 their ``throughput`` fixture write it), and its time relative to the fastest benchmark

@@ -4,7 +4,7 @@ fresh one. Writes a checkpoint of a named layout's shapes (Qwen2.5-0.5B's by def
 the page cache: /dev/shm is tmpfs; a directory on a disk's file system shows how
 that file system's page cache is read).
 
-    python bench/probe_load.py [LAYOUT [DIR]]      (default: qwen2.5-0.5b /dev/shm)
+    python bench/tools/probe_load.py [LAYOUT [DIR]]      (default: qwen2.5-0.5b /dev/shm)
 """
 import os
 import shutil

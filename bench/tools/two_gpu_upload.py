@@ -5,7 +5,7 @@ device's context, so two threads uploading to two GPUs should each keep their ow
 PCIe link busy. Prints the aggregate GB/s of both GPUs together and its ratio to one
 GPU's GB/s (2.0 would be perfect scaling).
 
-    python bench/two_gpu_upload.py [--size-mib 1024] [--repeats 5] [--threads-per-copy N]
+    python bench/tools/two_gpu_upload.py [--size-mib 1024] [--repeats 5] [--threads-per-copy N]
                                    [--slot-mib N]
 
 Needs CuPy and at least two CUDA devices.

@@ -1,4 +1,5 @@
-"""Helpers shared by the measurement scripts in bench/ (run as ``python bench/<script>.py``):
+"""Helpers shared by the tools in bench/tools/ (run as ``python bench/tools/<script>.py``,
+which puts this folder on the import path):
 a log that is printed as it goes and kept for an output file, median wall times, a
 checkpoint file's upload alone, checkpoint files of model layouts in a scratch directory,
 and a checkpoint's tensors read into host memory."""
