@@ -26,6 +26,8 @@
 #   probe_load  bench/tools/probe_load.py: load_safetensors of Qwen2.5-0.5B's shapes step by step
 #   probe_load_minilm  bench/tools/probe_load.py all-minilm-l6-v2: the small checkpoint's load
 #   timeline    bench/tools/probe_timeline.py: pipelined copies chunk by chunk (the engine's trace)
+#   tuning      bench/tools/try_tuning.py $TUNING (default: ramp_first=0,8MiB, the upload ramp
+#               off and on): standard copies under other values of the engine's settings, in turns
 #   probe_io    bench/tools/probe_file_io.c: file -> pinned slots -> GPU, device -> new file,
 #               and 4-byte copies at the driver level
 #   tiny        bench/tools/probe_tiny.c: the ways a 4-byte copy can be made (DMA, stream write,
@@ -81,6 +83,8 @@ for step in $steps; do
         probe_load) run probe_load 200 $py bench/tools/probe_load.py ;;
         probe_load_minilm) run probe_load_minilm 200 $py bench/tools/probe_load.py all-minilm-l6-v2 ;;
         timeline) run timeline 200 $py bench/tools/probe_timeline.py /dev/shm ;;
+        tuning) run tuning 600 $py bench/tools/try_tuning.py --dir /dev/shm \
+                    ${TUNING:-ramp_first=0,8MiB} ;;
         topo) run topo 60 bash -c 'lscpu; numactl -H; nvidia-smi topo -m;
                   cat /sys/bus/pci/devices/*/numa_node | sort | uniq -c;
                   nvidia-smi -q | grep -i -A3 "bus id\|numa"; cat /proc/meminfo | head -5' ;;
