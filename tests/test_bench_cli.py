@@ -1,4 +1,4 @@
-"""The etptr-bench command and bench/reshard.py, on tiny checkpoints, without a GPU.
+"""The etptr-bench command and bench/tools/reshard.py, on tiny checkpoints, without a GPU.
 
 The GPU path's logic (round-trip check, peer cases, tables, JSON) runs here
 against ``FakeCupy``, a stand-in for the few CuPy calls the command makes,
@@ -364,7 +364,8 @@ def test_without_etptr_cuda_allocator_measures_peers(monkeypatch, checkpoint, tm
 # --------------------------------------------------------------- reshard.py
 
 def _load_reshard():
-    spec = importlib.util.spec_from_file_location("reshard", ROOT / "bench" / "reshard.py")
+    spec = importlib.util.spec_from_file_location("reshard",
+                                                  ROOT / "bench" / "tools" / "reshard.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,15 +1,20 @@
 """Probe: the timeline of pipelined copies, chunk by chunk, from the copy engine's
-trace (``_copy_engine._set_trace``): when each chunk's slot was free ("waited"),
+trace (``_tuning.tune(trace=True)``, ``_tuning.take_trace()``): when each chunk's slot
+was free ("waited"),
 when the copy threads had filled (or drained) it ("copied"), when its DMA was
 queued, and when the copy was complete. A slot's wait ends when the DMA of the
 chunk K before it has completed, so the waits show the DMA's progress.
 
-    python bench/probe_timeline.py [DIR]      (default DIR: /dev/shm)
+    python bench/tools/probe_timeline.py [DIR]      (default DIR: /dev/shm)
 
 For each case the sample with the median total of 9 is printed whole, then the
 sums: the start-up (begin -> first DMA queued), the fills' rate, and the DMA's
 rate over the span from the first DMA queued to the end (what the link did while
-the fills ran beside it).
+the fills ran beside it). The MiniLM-shaped file's upload also runs under other copy
+configurations and fill pieces (summaries), beside its file read and its DMA alone and
+the copy threads' fills alone by size; each case then runs under six ramps of the first
+chunks (``ramp_first`` / ``ramp_growth``, at every size). A second argument names an
+output file for the report.
 """
 import os
 import shutil
@@ -26,9 +31,9 @@ from etptr.checkpoint import _device as ckpt_device
 from etptr.checkpoint._host import open_checked
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
 from etptr.checkpoint._plan import read_plan
-from etptr.cuda import _copy_engine, copy_config
+from etptr.cuda import _tuning, copy_config
 
-from _timing import file_uploader, median_seconds, pinned_line_gbps, say, write_log
+from _timing import conditions, file_uploader, median_seconds, pinned_line_gbps, say, write_log
 
 
 def traced(fn, reps=9):
@@ -37,12 +42,11 @@ def traced(fn, reps=9):
     fn()
     runs = []
     for _ in range(reps):
-        _copy_engine._set_trace(True)
-        t0 = time.perf_counter()
-        fn()
-        t = time.perf_counter() - t0
-        _copy_engine._set_trace(False)
-        runs.append((t, _copy_engine._take_trace()))
+        with _tuning.tuned(trace=True):
+            t0 = time.perf_counter()
+            fn()
+            t = time.perf_counter() - t0
+        runs.append((t, _tuning.take_trace()))
     runs.sort(key=lambda r: r[0])
     return runs[len(runs) // 2]
 
@@ -91,25 +95,10 @@ def variants(f, lay, buf, upload, line):
                dict(slot_bytes=32 << 20, slots=3)):
         with copy_config(**kw):
             report(f"file upload (pread), {kw}", f.nbytes, upload, line, False)
-    default_pieces = _copy_engine._get_fill_pieces()
     for pieces in (1, 2):
-        _copy_engine._set_fill_pieces(pieces)
-        try:
+        with _tuning.tuned(fill_pieces=pieces):
             report(f"file upload (pread), {pieces} fill pieces per thread", f.nbytes, upload,
                    line, False)
-        finally:
-            _copy_engine._set_fill_pieces(default_pieces)
-    from etptr._core import _host_copy
-    for relax in (0, 2, 8):
-        _host_copy._set_spin_relax(relax)
-        try:
-            report(f"file upload (pread), {relax} pauses per idle spin", f.nbytes, upload,
-                   line, False)
-            with copy_config(slot_bytes=4 << 20, slots=12):
-                report(f"file upload (pread), 4 MiB slots, {relax} pauses per idle spin",
-                       f.nbytes, upload, line, False)
-        finally:
-            _host_copy._set_spin_relax(32)
     n = f.nbytes
     pinned = cupy.cuda.alloc_pinned_memory(lay.nbytes)
     fd = open_checked(f)
@@ -143,16 +132,12 @@ RAMPS = ((0, 150), (8 << 20, 150), (6 << 20, 140), (4 << 20, 150), (4 << 20, 200
 def ramps(cases, line):
     """Each case under each ramp of chunk sizes at the start of uploads: call time (the
     median of 9) and when the first DMA was queued."""
-    default = _copy_engine._get_ramp_up()
     say("\nramp (first chunk MiB, growth %): call us (GB/s, x line), first DMA queued us")
     for name, nbytes, fn in cases:
         cells = []
         for first, growth in RAMPS:
-            _copy_engine._set_ramp_up(first, growth, 1 << 40)
-            try:
+            with _tuning.tuned(ramp_first=first, ramp_growth=growth, ramp_max=1 << 40):
                 total, trace = traced(fn)
-            finally:
-                _copy_engine._set_ramp_up(*default)
             q = [ns for what, _, ns in trace if what == "queued"]
             first_q = (min(q) - trace[0][2]) / 1e3 if q else float("nan")
             cells.append(f"{first >> 20}/{growth}: {total * 1e6:.0f} ({nbytes / total / 1e9:.1f}, "
@@ -172,65 +157,69 @@ def fills(fd, lay, line):
     for mib in (1, 2, 4, 8, 16):
         n = mib << 20
         r = median_seconds(lambda: parallel_read(fd, [(pinned.ptr, start, n)], 16), 51)
-        c = median_seconds(
-            lambda: parallel_copy(pinned.ptr, src.ctypes.data, n, 16, True, 8), 51)
+        c = median_seconds(lambda: parallel_copy(pinned.ptr, src.ctypes.data, n, 16,
+                                                 nontemporal=True, pieces=8), 51)
         say(f"  {mib:2d} MiB: file {r * 1e6:6.0f} ({n / r / 1e9:5.1f})   memory {c * 1e6:6.0f} "
             f"({n / c / 1e9:5.1f})")
 
 
+def one_layout(layout, d, line, verbose):
+    """Every case of one layout's checkpoint, written to ``d`` and removed at the end."""
+    path = write_layout(layout, d)
+    try:
+        f = read_plan(path).files[0]
+        lay = layout_file(f, DEVICE_ALIGNMENT)
+        buf = etptr.DeviceMemoryBuffer.create(lay.nbytes, "cuda:0", alignment=DEVICE_ALIGNMENT)
+        upload = file_uploader(f, buf)
+        report(f"file upload (pread), {layout}", f.nbytes, upload, line, verbose)
+        if verbose:
+            variants(f, lay, buf, upload, line)
+            fd = open_checked(f)
+            try:
+                fills(fd, lay, line)
+            finally:
+                os.close(fd)
+        report(f"load_safetensors, {layout}", f.nbytes,
+               lambda: etptr.load_safetensors(path, "cuda:0", progress=False), line, False)
+        overlap = ckpt_device.OVERLAP_MAX
+        ckpt_device.OVERLAP_MAX = 0
+        try:
+            report(f"load_safetensors, {layout}, header checked before the upload",
+                   f.nbytes, lambda: etptr.load_safetensors(path, "cuda:0", progress=False),
+                   line, False)
+        finally:
+            ckpt_device.OVERLAP_MAX = overlap
+        host = np.random.default_rng(0).integers(0, 255, f.nbytes, dtype=np.uint8)
+        src = etptr.make_tensor_ptr([f.nbytes], host, type=etptr.ScalarType.Byte)
+        out = buf.tensor(0, [f.nbytes], etptr.ScalarType.Byte)
+        report(f"h2d_copy from memory, {f.nbytes / 1e6:.0f} MB", f.nbytes,
+               lambda: etptr.h2d_copy(src, out), line, verbose)
+        report(f"d2h_copy into memory, {f.nbytes / 1e6:.0f} MB", f.nbytes,
+               lambda: etptr.d2h_copy(out, src), line, verbose)
+        views = list(etptr.load_safetensors(path, "cpu").values())
+        cases = [("file upload", f.nbytes, upload),
+                 ("load_safetensors", f.nbytes,
+                  lambda: etptr.load_safetensors(path, "cuda:0", progress=False)),
+                 ("h2d_copy from memory", f.nbytes, lambda: etptr.h2d_copy(src, out)),
+                 ("clone_tensor_ptrs_to of the file's views", f.nbytes,
+                  lambda: etptr.clone_tensor_ptrs_to(views, "cuda:0"))]
+        if verbose:
+            small = [etptr.make_tensor_ptr(a) for a in
+                     np.random.default_rng(2).integers(0, 255, (4096, 16384), dtype=np.uint8)]
+            cases.append(("clone_tensor_ptrs_to of 4096 x 16 KiB", 4096 * 16384,
+                          lambda: etptr.clone_tensor_ptrs_to(small, "cuda:0")))
+        ramps(cases, line)
+    finally:
+        os.unlink(path)
+
+
 def main(where):
     line = pinned_line_gbps(reps=7, warmup=1)
-    say(f"line (pinned 256 MiB): {line:.1f} GB/s")
+    say(f"line (pinned 256 MiB): {line:.1f} GB/s; {conditions()}")
     d = tempfile.mkdtemp(dir=where)
     try:
         for layout, verbose in (("all-minilm-l6-v2", True), ("qwen2.5-0.5b", False)):
-            path = write_layout(layout, d)
-            f = read_plan(path).files[0]
-            lay = layout_file(f, DEVICE_ALIGNMENT)
-            buf = etptr.DeviceMemoryBuffer.create(lay.nbytes, "cuda:0",
-                                                  alignment=DEVICE_ALIGNMENT)
-            upload = file_uploader(f, buf)
-            report(f"file upload (pread), {layout}", f.nbytes, upload, line, verbose)
-            if verbose:
-                variants(f, lay, buf, upload, line)
-                fd = open_checked(f)
-                try:
-                    fills(fd, lay, line)
-                finally:
-                    os.close(fd)
-            report(f"load_safetensors, {layout}", f.nbytes,
-                   lambda: etptr.load_safetensors(path, "cuda:0", progress=False), line, False)
-            overlap = ckpt_device.OVERLAP_MAX
-            ckpt_device.OVERLAP_MAX = 0
-            try:
-                report(f"load_safetensors, {layout}, header checked before the upload",
-                       f.nbytes, lambda: etptr.load_safetensors(path, "cuda:0", progress=False),
-                       line, False)
-            finally:
-                ckpt_device.OVERLAP_MAX = overlap
-            host = np.random.default_rng(0).integers(0, 255, f.nbytes, dtype=np.uint8)
-            src = etptr.make_tensor_ptr([f.nbytes], host, type=etptr.ScalarType.Byte)
-            out = buf.tensor(0, [f.nbytes], etptr.ScalarType.Byte)
-            report(f"h2d_copy from memory, {f.nbytes / 1e6:.0f} MB", f.nbytes,
-                   lambda: etptr.h2d_copy(src, out), line, verbose)
-            report(f"d2h_copy into memory, {f.nbytes / 1e6:.0f} MB", f.nbytes,
-                   lambda: etptr.d2h_copy(out, src), line, verbose)
-            views = list(etptr.load_safetensors(path, "cpu").values())
-            cases = [("file upload", f.nbytes, upload),
-                     ("load_safetensors", f.nbytes,
-                      lambda: etptr.load_safetensors(path, "cuda:0", progress=False)),
-                     ("h2d_copy from memory", f.nbytes, lambda: etptr.h2d_copy(src, out)),
-                     ("clone_tensor_ptrs_to of the file's views", f.nbytes,
-                      lambda: etptr.clone_tensor_ptrs_to(views, "cuda:0"))]
-            if verbose:
-                small = [etptr.make_tensor_ptr(a) for a in
-                         np.random.default_rng(2).integers(0, 255, (4096, 16384), dtype=np.uint8)]
-                cases.append(("clone_tensor_ptrs_to of 4096 x 16 KiB", 4096 * 16384,
-                              lambda: etptr.clone_tensor_ptrs_to(small, "cuda:0")))
-            ramps(cases, line)
-            del views
-            del buf, out, src, host
-            os.unlink(path)
+            one_layout(layout, d, line, verbose)
     finally:
         shutil.rmtree(d)
 

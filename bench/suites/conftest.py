@@ -1,7 +1,9 @@
 """Shared fixtures for the pytest-benchmark suites (``pytest bench --benchmark-only``).
 
 Setup stays outside the timed call; throughput is recorded in
-``benchmark.extra_info`` as bytes and GB/s (1e9 bytes/s) of the median round.
+``benchmark.extra_info`` under the keys that ``summarize.py`` reads, as the suites'
+own helpers write them: ``"bytes"`` (per call) and ``"GB/s"`` (1e9 bytes/s, of the
+median round).
 GPU suites take ``cuda``, which skips without CuPy or a CUDA device.
 """
 import types
@@ -16,10 +18,10 @@ def throughput(benchmark):
     """``record(nbytes)``: call after the benchmark ran to store bytes per call and GB/s."""
 
     def record(nbytes):
-        benchmark.extra_info["nbytes"] = int(nbytes)
+        benchmark.extra_info["bytes"] = int(nbytes)
         stats = getattr(benchmark, "stats", None)
         if stats is not None and stats.stats.median > 0:
-            benchmark.extra_info["GB/s (median)"] = round(nbytes / stats.stats.median / GB, 3)
+            benchmark.extra_info["GB/s"] = round(nbytes / stats.stats.median / GB, 3)
 
     return record
 

@@ -1,10 +1,10 @@
 """Probe: where the time of ``load_safetensors(path, "cuda:0")`` goes, step by step,
 beside batched copies of the same bytes from a map already faulted in and from a
-fresh one. Writes a checkpoint of a named layout's shapes (Qwen2.5-0.5B's by default) to DIR first (its pages stay in
-the page cache: /dev/shm is tmpfs; a directory on a disk's file system shows how
-that file system's page cache is read).
+fresh one. Writes a checkpoint of a named layout's shapes (Qwen2.5-0.5B's by default)
+to DIR first (its pages stay in the page cache: /dev/shm is tmpfs; a directory on a
+disk's file system shows how that file system's page cache is read).
 
-    python bench/probe_load.py [LAYOUT [DIR]]      (default: qwen2.5-0.5b /dev/shm)
+    python bench/tools/probe_load.py [LAYOUT [DIR]]      (default: qwen2.5-0.5b /dev/shm)
 """
 import os
 import shutil
@@ -13,14 +13,13 @@ import tempfile
 
 
 import etptr
-from etptr._core._device import as_device
+from etptr import DeviceMemoryBuffer
 from etptr.bench._layouts import write_layout
-from etptr.checkpoint._device import DEVICE_ALIGNMENT, DeviceMemoryBuffer
 from etptr.checkpoint._host import map_file
-from etptr.checkpoint._layout import layout_file
+from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
 from etptr.checkpoint._plan import read_plan
 
-from _timing import file_uploader, median_seconds, pinned_line_gbps
+from _timing import conditions, file_uploader, median_seconds, pinned_line_gbps
 
 
 def med(f):
@@ -35,9 +34,10 @@ def main(name, where):
     f = plan.files[0]
     lay = layout_file(f, DEVICE_ALIGNMENT)
     n = plan.nbytes
-    dev = as_device("cuda:0", "device")
+    dev = "cuda:0"
     fs = os.popen(f"stat -f -c %T {d}").read().strip()
     print(f"{path} ({fs}): {len(f.tensors)} tensors, {n / 1e9:.3f} GB, {len(lay.runs)} copy runs")
+    print(conditions())
 
     def gbps(s):
         return f"{s * 1e3:8.2f} ms  {n / s / 1e9:6.1f} GB/s"
@@ -71,7 +71,7 @@ def main(name, where):
     print("  clone_tensor_ptrs_to, faulted map",
           gbps(med(lambda: etptr.clone_tensor_ptrs_to(srcs, "cuda:0"))))
     print(f"  line (pinned 256 MiB)  {pinned_line_gbps(reps=7, warmup=1):6.1f} GB/s")
-    del srcs, m
+    srcs = m = None
     shutil.rmtree(d)
 
 

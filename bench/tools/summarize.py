@@ -1,9 +1,10 @@
 """Print a pytest-benchmark JSON file as one line per benchmark, grouped.
 
-    python bench/summarize.py bench.json [OUTFILE]
+    python bench/tools/summarize.py bench.json [OUTFILE]
 
-Each line: the benchmark, its median, GB/s (from ``extra_info``), and its time
-relative to the fastest benchmark of its group.
+Each line: the benchmark, its median, GB/s (``extra_info["GB/s"]``, as the suites and
+their ``throughput`` fixture write it), and its time relative to the fastest benchmark
+of its group.
 """
 import json
 import sys

@@ -3,7 +3,7 @@
    The driver API is called directly (libcuda.so.1, opened at run time), so this
    measures the kernel and the driver, not etptr's layers.
 
-       cc -O2 -pthread bench/probe_file_io.c -ldl -o /tmp/probe_file_io
+       cc -O2 -pthread bench/tools/probe_file_io.c -ldl -o /tmp/probe_file_io
        /tmp/probe_file_io [DIR] [MiB] [THREADS]     (default: /dev/shm 1024 15)
 
    Load: a DIR file of MiB MiB goes up through K=3 slots of 16 MiB (page-locked), a

@@ -1,8 +1,8 @@
 """Host<->device copy benchmarks (pytest-benchmark); skipped without CuPy and a GPU.
 
-    python -m pytest bench/bench_copy.py --benchmark-only [--benchmark-json=out.json]
+    python -m pytest bench/suites/bench_copy.py --benchmark-only [--benchmark-json=out.json]
 
-(``bench/sweep_copy.py`` is the sweep that chose the copy engine's defaults.)
+(``bench/tools/sweep_copy.py`` is the sweep that chose the copy engine's defaults.)
 
 Each timed call is synchronous (etptr clones return complete; the CuPy and raw
 baselines synchronise inside the timed function). ``extra_info`` records the

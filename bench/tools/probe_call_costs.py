@@ -1,6 +1,6 @@
 """Probe: what one 4-byte copy costs at each layer, in us per call.
 
-    python bench/probe_call_costs.py
+    python bench/tools/probe_call_costs.py
 
 Rows: CuPy's current-stream lookup (which every default-stream copy makes), the
 allocator's raw copies (``copy_host_to_device`` / ``copy_device_to_host``),

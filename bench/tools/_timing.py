@@ -1,7 +1,9 @@
-"""Helpers shared by the measurement scripts in bench/ (run as ``python bench/<script>.py``):
-a log that is printed as it goes and kept for an output file, median wall times, a
-checkpoint file's upload alone, checkpoint files of model layouts in a scratch directory,
-and a checkpoint's tensors read into host memory."""
+"""Helpers shared by the tools in bench/tools/ (run as ``python bench/tools/<script>.py``,
+which puts this folder on the import path): a log that is printed as it goes and kept
+for an output file, median wall times, the pinned line rate, the settings a measurement
+ran under, a checkpoint file's upload alone, checkpoint files of model layouts in a
+scratch directory, a checkpoint's tensors read into host memory, and timings of one call
+under several settings in turns."""
 import shutil
 import statistics
 import tempfile
@@ -75,9 +77,13 @@ def file_uploader(plan, buf):
     return upload
 
 
-def turns_row(times, nbytes, line):
-    """``in_turns``' {mode: seconds} as one row: us per call (x line) for each mode."""
-    return " | ".join(f"{t * 1e6:7.0f} ({nbytes / t / 1e9 / line:.3f})" for t in times.values())
+def conditions():
+    """One line naming what a measurement ran under: the copy configuration and the copy
+    engine's tuning (``etptr.cuda._tuning.values()``, less the trace and the chunk hook)."""
+    import etptr.cuda
+    from etptr.cuda import _tuning
+    tuning = {k: v for k, v in _tuning.values().items() if k not in ("trace", "chunk_hook")}
+    return f"copy config {etptr.cuda.get_copy_config()}; tuning {tuning}"
 
 
 def layout_files(root, names, seed=1):
@@ -108,16 +114,24 @@ def host_tensors(path):
     return arrays, [etptr.make_tensor_ptr(a) for a in arrays]
 
 
-def in_turns(fn, knob, modes, default, rounds=15):
-    """{mode: median seconds of ``fn``} with ``knob(value)`` set to each of ``modes``'
-    values in turns, ``rounds`` times (one untimed call before each timed one)."""
-    fn()
+def in_turns(fn, modes, rounds=15, calls=1, sync=None):
+    """{mode: median seconds per call of ``fn``}, each mode's settings in turns.
+
+    ``modes`` maps a name to a callable that returns a context manager (the settings,
+    for instance ``lambda: _tuning.tuned(nt_max=0)``). Each of ``rounds`` rounds enters
+    every mode in turn and, inside it, makes one untimed call and then ``calls`` timed
+    ones, followed by ``sync()`` when given (for calls that only queue work)."""
     times = {m: [] for m in modes}
     for _ in range(rounds):
-        for m, value in modes.items():
-            knob(value)
-            try:
-                times[m].append(median_seconds(fn, 1, 1))
-            finally:
-                knob(default)
-    return {m: sorted(t)[len(t) // 2] for m, t in times.items()}
+        for m, enter in modes.items():
+            with enter():
+                fn()
+                if sync is not None:
+                    sync()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                if sync is not None:
+                    sync()
+                times[m].append((time.perf_counter() - t0) / calls)
+    return {m: statistics.median(t) for m, t in times.items()}

@@ -5,7 +5,7 @@ device's context, so two threads uploading to two GPUs should each keep their ow
 PCIe link busy. Prints the aggregate GB/s of both GPUs together and its ratio to one
 GPU's GB/s (2.0 would be perfect scaling).
 
-    python bench/two_gpu_upload.py [--size-mib 1024] [--repeats 5] [--threads-per-copy N]
+    python bench/tools/two_gpu_upload.py [--size-mib 1024] [--repeats 5] [--threads-per-copy N]
                                    [--slot-mib N]
 
 Needs CuPy and at least two CUDA devices.
@@ -132,7 +132,7 @@ def main(argv=None):
     cfg = etptr.cuda.get_copy_config()
     print(f"pageable upload of {args.size_mib} MiB, median of {args.repeats}, copy config {cfg}")
     print(f"  one GPU (cuda:0) alone          : {one_gbps:6.1f} GB/s")
-    print(f"  per GPU, both at once           : "
+    print("  per GPU, both at once           : "
           + ", ".join(f"cuda:{i} {nbytes / results[i] / 1e9:.1f} GB/s" for i in range(2)))
     print(f"  two GPUs together (aggregate)   : {both_gbps:6.1f} GB/s")
     print(f"  aggregate / one GPU             : {both_gbps / one_gbps:6.2f}x")

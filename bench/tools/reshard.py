@@ -1,6 +1,6 @@
 """Re-shard a safetensors checkpoint into files of at most N MiB, with an index.
 
-    python bench/reshard.py model.safetensors -o shards/ --max-shard-mib 40
+    python bench/tools/reshard.py model.safetensors -o shards/ --max-shard-mib 40
 
 writes ``shards/model-00001-of-0000K.safetensors`` ... and
 ``shards/model.safetensors.index.json`` (``{"metadata": {"total_size": bytes},
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 if importlib.util.find_spec("etptr") is None:  # run from a checkout that is not installed
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 MiB = 1 << 20
 # safetensors header: 8-byte length, then JSON padded to a multiple of 8

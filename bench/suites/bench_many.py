@@ -1,6 +1,6 @@
 """Many tensors at once (pytest-benchmark); skipped without CuPy and a GPU.
 
-    python -m pytest bench/bench_many.py --benchmark-only [--benchmark-json=out.json]
+    python -m pytest bench/suites/bench_many.py --benchmark-only [--benchmark-json=out.json]
 
 4096 tensors of 16 KiB and the 290 tensors of a Qwen2.5-0.5B-shaped checkpoint (viewed
 in a page-cached file), up and down: etptr per tensor, batched

@@ -1,7 +1,7 @@
 /* Probe: the ways a 4-byte copy between host and device can be made, at the driver level
    (libcuda.so.1 opened at run time, so this measures the driver and the GPU, not etptr).
 
-       cc -O2 bench/probe_tiny.c -ldl -o /tmp/probe_tiny && /tmp/probe_tiny
+       cc -O2 bench/tools/probe_tiny.c -ldl -o /tmp/probe_tiny && /tmp/probe_tiny
 
    H2D, into device memory: a DMA from a page-locked slot or from pageable memory, a
    stream write (cuStreamWriteValue32: the value travels in the command, so the source

@@ -1,26 +1,29 @@
-"""Sweep of the copy engine's settings on a CUDA machine; picks the defaults.
+"""Sweep of the copy configuration on a CUDA machine; picks its defaults.
 
-Run from the repository root on the GPU machine:
+Run from the repository root on the GPU machine (PYTHONPATH=. for an in-place build):
 
-    PYTHONPATH=. python bench/sweep_copy.py [--quick] [OUTFILE]
+    PYTHONPATH=. python bench/tools/sweep_copy.py [--quick] [OUTFILE]
 
 It measures the baselines (one raw cudaMemcpyAsync from/to pinned memory,
 cupy.asarray, cupy.ndarray.get, the host memcpy rate per thread count), then
 host->device clones from pageable memory over threads T x slot bytes S x slots
-K, device->host clones into pageable memory over a smaller grid, the
-small-copy crossover, 4-byte clones, and the goals of DESIGN.md as ratios.
-Every figure is the median of several timed runs, each synchronised. The
-report goes to stdout and, when given, OUTFILE (bench/results/h200x2_sweep_copy.txt keeps the
-run the defaults in etptr/_core/_staging.pyx come from).
+K, device->host clones into pageable memory for the best of them, the
+small-copy crossover (the chosen threshold is at least 64 KiB), 4-byte clones, and
+the chosen defaults' rates as ratios to the baselines. Every figure is the median of
+several timed runs, each synchronised. The report goes to stdout and, when given,
+OUTFILE (bench/results/h200x2_sweep_copy.txt keeps the run the defaults of
+etptr/cuda/_copy_engine.pyx come from; bench/results/DECISIONS.md, threads, slot_bytes,
+slots and small_copy_bytes, says how).
 """
 import gc
 import sys
 
 import numpy as np
+from _timing import conditions, say, write_log
+from _timing import median_seconds as median_time
 
 MiB = 1 << 20
 GiB = 1 << 30
-from _timing import median_seconds as median_time, say, write_log
 
 
 def gbps(nbytes, seconds):
@@ -36,17 +39,15 @@ def main(argv):
     import etptr
     import etptr.cuda
     from etptr._core import _host_copy
-    from etptr.cuda import _driver
 
     rt = cupy.cuda.runtime
     dev = cupy.cuda.Device(0)
     dev.use()
     props = rt.getDeviceProperties(0)
     say(f"# etptr copy sweep on {props['name'].decode()} ({rt.getDeviceCount()} device(s)), "
-        f"{_host_copy.cpu_count()} CPUs, CuPy {cupy.__version__}, "
-        f"CUDA calls: {_driver._driver_calls()}")
+        f"{_host_copy.cpu_count()} CPUs, CuPy {cupy.__version__}")
+    say(f"# {conditions()}")
 
-    alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
     pool = etptr.cuda.get_pinned_host_pool()
     stream = cupy.cuda.Stream(non_blocking=False)
 
@@ -214,7 +215,7 @@ def main(argv):
             f" page-locked up {pin_r:.2f} = {pin_r / b['raw_h2d']:.3f} of raw cudaMemcpyAsync;"
             f" down pinned result {dn_r:.2f} = {dn_r / b['raw_d2h']:.3f} of line rate;"
             f" down pageable {dn_pg:.2f} = {dn_pg / b['cupy_get']:.2f}x ndarray.get()")
-        del dn
+        dn = None                     # its device memory goes before the next size's
     say(f"4 B: up {tiny['etptr_up']:.1f} us = {tiny['etptr_up'] / tiny['cupy_asarray']:.2f}x "
         f"cupy.asarray; down {tiny['etptr_down']:.1f} us = "
         f"{tiny['etptr_down'] / tiny['cupy_get']:.2f}x ndarray.get()")
