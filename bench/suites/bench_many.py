@@ -45,8 +45,8 @@ def small():
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory):
-    from etptr.bench import _layouts
-    path = _layouts.write_layout("qwen2.5-0.5b", tmp_path_factory.mktemp("qwen"))
+    from etptr.bench import _model_shapes
+    path = _model_shapes.write_layout("qwen2.5-0.5b", tmp_path_factory.mktemp("qwen"))
     with open(path, "rb") as f:
         while f.read(64 << 20):
             pass

@@ -14,12 +14,12 @@ import tempfile
 
 import etptr
 from etptr import DeviceMemoryBuffer
-from etptr.bench._layouts import write_layout
-from etptr.checkpoint._host import map_file
+from etptr.bench._model_shapes import write_layout
+from etptr.checkpoint._file import map_file
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
 from etptr.checkpoint._plan import read_plan
 
-from _timing import conditions, file_uploader, median_seconds, pinned_line_gbps
+from _probes import conditions, file_uploader, median_seconds, pinned_line_gbps
 
 
 def med(f):

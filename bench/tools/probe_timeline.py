@@ -26,14 +26,14 @@ import time
 import numpy as np
 
 import etptr
-from etptr.bench._layouts import write_layout
-from etptr.checkpoint import _device as ckpt_device
-from etptr.checkpoint._host import open_checked
+from etptr.bench._model_shapes import write_layout
+from etptr.checkpoint import _load as ckpt_load
+from etptr.checkpoint._file import open_checked
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
 from etptr.checkpoint._plan import read_plan
 from etptr.cuda import _tuning, copy_config
 
-from _timing import conditions, file_uploader, median_seconds, pinned_line_gbps, say, write_log
+from _probes import conditions, file_uploader, median_seconds, pinned_line_gbps, say, write_log
 
 
 def traced(fn, reps=9):
@@ -101,15 +101,13 @@ def variants(f, lay, buf, upload, line):
                    line, False)
     n = f.nbytes
     pinned = cupy.cuda.alloc_pinned_memory(lay.nbytes)
-    fd = open_checked(f)
-    try:
+    with open_checked(f) as opened:
+        fd = opened.fileno()
         segs = [(pinned.ptr + r.buffer_offset, r.file_offset, r.nbytes) for r in lay.runs]
         for threads in (8, 16):
             s = median_seconds(lambda: parallel_read(fd, segs, threads), 9)
             say(f"\nthe file read into pinned memory alone, {threads} threads: "
                 f"{s * 1e6:.0f} us ({n / s / 1e9:.1f} GB/s)")
-    finally:
-        os.close(fd)
     dev = buf.data_ptr
     stream = cupy.cuda.Stream(non_blocking=False)
 
@@ -174,21 +172,18 @@ def one_layout(layout, d, line, verbose):
         report(f"file upload (pread), {layout}", f.nbytes, upload, line, verbose)
         if verbose:
             variants(f, lay, buf, upload, line)
-            fd = open_checked(f)
-            try:
-                fills(fd, lay, line)
-            finally:
-                os.close(fd)
+            with open_checked(f) as opened:
+                fills(opened.fileno(), lay, line)
         report(f"load_safetensors, {layout}", f.nbytes,
                lambda: etptr.load_safetensors(path, "cuda:0", progress=False), line, False)
-        overlap = ckpt_device.OVERLAP_MAX
-        ckpt_device.OVERLAP_MAX = 0
+        overlap = ckpt_load.EARLY_UPLOAD_MAX
+        ckpt_load.EARLY_UPLOAD_MAX = 0
         try:
             report(f"load_safetensors, {layout}, header checked before the upload",
                    f.nbytes, lambda: etptr.load_safetensors(path, "cuda:0", progress=False),
                    line, False)
         finally:
-            ckpt_device.OVERLAP_MAX = overlap
+            ckpt_load.EARLY_UPLOAD_MAX = overlap
         host = np.random.default_rng(0).integers(0, 255, f.nbytes, dtype=np.uint8)
         src = etptr.make_tensor_ptr([f.nbytes], host, type=etptr.ScalarType.Byte)
         out = buf.tensor(0, [f.nbytes], etptr.ScalarType.Byte)

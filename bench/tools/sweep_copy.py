@@ -19,8 +19,8 @@ import gc
 import sys
 
 import numpy as np
-from _timing import conditions, say, write_log
-from _timing import median_seconds as median_time
+from _probes import conditions, say, write_log
+from _probes import median_seconds as median_time
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -41,7 +41,7 @@ import itertools
 import sys
 
 import numpy as np
-from _timing import (conditions, file_uploader, host_tensors, in_turns, layout_files,
+from _probes import (conditions, file_uploader, host_tensors, in_turns, layout_files,
                      pinned_line_gbps, say, write_log)
 
 import etptr

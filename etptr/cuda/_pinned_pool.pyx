@@ -70,7 +70,7 @@ def _default_cap():
 # block, so a model's weights coming down are one block of their whole size: when that
 # is over the cap it is never cached and every pass pins and unpins it (Qwen2.5-1.5B's
 # 3.09 GB down on an H200 host: 1.9 GB/s with a 2 GiB cap, 54.2 with 8 GiB;
-# bench/results/DECISIONS.md, pool cap). CuPy's and torch's pinned caches have no cap at all.
+# bench/results/DECISIONS.md, pinned pool cap). CuPy's and torch's pinned caches have no cap at all.
 DEFAULT_MAX_CACHED_BYTES = _default_cap()
 
 

@@ -58,21 +58,16 @@ def file_uploader(plan, buf):
     """A call that uploads the file of ``plan`` (a FilePlan) into the DeviceMemoryBuffer
     ``buf`` laid out as the loader lays it out, as ``load_safetensors`` does it (the
     copy threads read the file into the pinned slots), with nothing else of a load."""
-    import os
-
     import etptr
-    from etptr.checkpoint._host import open_checked
+    from etptr.checkpoint._file import open_checked
     from etptr.checkpoint._layout import DEVICE_ALIGNMENT, layout_file
     alloc = etptr.get_device_allocator(etptr.DeviceType.CUDA)
     pieces = [(r.file_offset, r.buffer_offset, r.nbytes)
               for r in layout_file(plan, DEVICE_ALIGNMENT).runs]
 
     def upload():
-        fd = open_checked(plan)
-        try:
-            alloc.copy_file_to_device(buf.data_ptr, fd, pieces, buf.device.index)
-        finally:
-            os.close(fd)
+        with open_checked(plan) as f:
+            alloc.copy_file_to_device(buf.data_ptr, f.fileno(), pieces, buf.device.index)
 
     return upload
 
@@ -88,9 +83,9 @@ def conditions():
 
 def layout_files(root, names, seed=1):
     """(name, path) of a checkpoint of each layout in ``names``
-    (:func:`etptr.bench._layouts.write_layout`), written in turn in a scratch directory
+    (:func:`etptr.bench._model_shapes.write_layout`), written in turn in a scratch directory
     under ``root``; each file is removed after its turn, the directory at the end."""
-    from etptr.bench._layouts import write_layout
+    from etptr.bench._model_shapes import write_layout
     tmp = tempfile.mkdtemp(dir=root)
     try:
         for name in names:
