@@ -23,8 +23,6 @@ CPU0 = Device(DeviceType.CPU, 0)
     ("cuda:+3", (DeviceType.CUDA, 3)),
     (DeviceType.CPU, (DeviceType.CPU, 0)),
     (DeviceType.CUDA, (DeviceType.CUDA, 0)),
-    (1, (DeviceType.CUDA, 0)),
-    (np.int64(0), (DeviceType.CPU, 0)),
     (Device(DeviceType.CUDA, 5), (DeviceType.CUDA, 5)),
 ])
 def test_accepted_spellings(spec, expected):
@@ -36,6 +34,18 @@ def test_accepted_spellings(spec, expected):
     assert (t.device.type, t.device.index) == expected
 
 
+@pytest.mark.parametrize("spec, code", [(1, "CUDA"), (0, "CPU"), (np.int64(0), "CPU"), (5, None)])
+def test_a_bare_int_is_refused_naming_both_readings(spec, code):
+    # torch reads device=1 as cuda:1; ExecuTorch's DeviceType code 1 is CUDA (cuda:0)
+    with pytest.raises(etptr.InvalidArgumentError) as info:
+        as_device(spec)
+    message = str(info.value)
+    assert f"'cuda:{int(spec)}'" in message and "etptr.DeviceType" in message
+    if code is not None:
+        assert f"DeviceType code {int(spec)} is {code}" in message
+
+
+
 @pytest.mark.parametrize("spec, cls, fragment", [
     ("gpu", etptr.InvalidArgumentError, "device='gpu' is not a device"),
     ("cuda:", etptr.InvalidArgumentError, "device='cuda:' is not a device"),
@@ -44,8 +54,8 @@ def test_accepted_spellings(spec, expected):
     ("cuda:128", etptr.InvalidArgumentError, "device index 128"),
     ("cuda:-2", etptr.InvalidArgumentError, "device index -2"),
     ("", etptr.InvalidArgumentError, "device='' is not a device"),
-    (2, etptr.InvalidArgumentError, "2 is not a DeviceType code"),
-    (-1, etptr.InvalidArgumentError, "-1 is not a DeviceType code"),
+    (2, etptr.InvalidArgumentError, "device=2: a bare int is ambiguous"),
+    (-1, etptr.InvalidArgumentError, "device=-1: a bare int is ambiguous"),
     (None, etptr.InvalidTypeError, "got None"),
     (1.0, etptr.InvalidTypeError, "got 1.0"),
     (True, etptr.InvalidTypeError, "got True"),

@@ -169,7 +169,7 @@ def test_every_type_argument_takes_names_and_dtypes(spelling, stype):
 
 
 @pytest.mark.parametrize("name, close", [
-    ("bfloat16", ["BFloat16"]), ("float", ["Float"]), ("FLOAT8_E5M2", ["Float8_e5m2"]),
+    ("bfloat_16", ["BFloat16"]), ("Floot", ["Float"]), ("FLOAT8_E5M2", ["Float8_e5m2"]),
     ("Flaot", ["Float"]), ("UInt8", ["QUInt8"]), ("Bits4", ["Bits4x2"]),
     (np.str_("Flaot"), ["Float"]),
 ])
@@ -193,12 +193,43 @@ def test_unknown_names_without_close_names_list_them_all():
     assert all(t.name in msg for t in ST)
 
 
-def test_numpy_names_point_at_the_dtype():
-    with pytest.raises(etptr.InvalidArgumentError) as info:
-        etptr.full([2], 1, type="float32")
-    msg = str(info.value)
-    assert msg.startswith("type='float32' is not a ScalarType name; close names: Float")
-    assert "NumPy's 'float32' is ScalarType.Float: pass numpy.dtype('float32')" in msg
+@pytest.mark.parametrize("spelling, stype", [
+    ("float16", ST.Half), ("float32", ST.Float), ("float64", ST.Double), ("bfloat16", ST.BFloat16),
+    ("int8", ST.Char), ("uint8", ST.Byte), ("int16", ST.Short), ("int32", ST.Int),
+    ("int64", ST.Long), ("uint16", ST.UInt16), ("uint32", ST.UInt32), ("uint64", ST.UInt64),
+    ("bool", ST.Bool), ("float8_e4m3fn", ST.Float8_e4m3fn), ("float8_e5m2", ST.Float8_e5m2),
+    ("half", ST.Half), ("double", ST.Double), ("long", ST.Long), ("short", ST.Short),
+    ("F64", ST.Double), ("F32", ST.Float), ("F16", ST.Half), ("BF16", ST.BFloat16),
+    ("I64", ST.Long), ("I32", ST.Int), ("I16", ST.Short), ("I8", ST.Char), ("U8", ST.Byte),
+    ("U16", ST.UInt16), ("U32", ST.UInt32), ("U64", ST.UInt64), ("BOOL", ST.Bool),
+    ("F8_E4M3", ST.Float8_e4m3fn), ("F8_E5M2", ST.Float8_e5m2),
+])
+def test_numpy_and_safetensors_spellings_are_read(spelling, stype):
+    assert etptr.empty([2], type=spelling).scalar_type is stype
+    assert etptr.element_size(spelling) == etptr.element_size(stype)
+
+
+def test_torch_dtypes_are_read_without_importing_torch():
+    torch = pytest.importorskip("torch")
+    pairs = {torch.float16: ST.Half, torch.bfloat16: ST.BFloat16, torch.float32: ST.Float,
+             torch.int64: ST.Long, torch.uint8: ST.Byte, torch.bool: ST.Bool,
+             torch.float8_e4m3fn: ST.Float8_e4m3fn}
+    for dtype, stype in pairs.items():
+        assert etptr.empty([1], type=dtype).scalar_type is stype, dtype
+    with pytest.raises(etptr.InvalidTypeError, match="torch.quint8 has no etptr ScalarType"):
+        etptr.empty([1], type=torch.quint8)
+
+
+@pytest.mark.parametrize("name, meanings", [
+    ("float", "Float is 32-bit .* NumPy's 'float' is float64"),
+    ("int", "Int is 32-bit .* NumPy's 'int' is int64"),
+    ("byte", "Byte is unsigned .* NumPy's 'byte' is signed"),
+    ("char", "Char is an 8-bit integer .* NumPy's 'char' is a byte string"),
+])
+def test_a_name_that_means_two_things_is_refused(name, meanings):
+    with pytest.raises(etptr.InvalidArgumentError, match=f"type={name!r} means two things: "
+                                                           f"ExecuTorch's {meanings}"):
+        etptr.empty([1], type=name)
 
 
 @pytest.mark.parametrize("bad, fragment", [

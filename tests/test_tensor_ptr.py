@@ -1330,3 +1330,15 @@ class TestInterop:
         assert q.__cuda_array_interface__["typestr"] == "|V1"
         cpu = etptr.make_tensor_ptr([1.0])
         assert not hasattr(cpu, "__cuda_array_interface__")
+
+
+def test_numpy_spellings_alias_executorchs_names():
+    t = etptr.zeros([2, 3, 4], type="BFloat16")
+    assert t.shape == t.sizes == (2, 3, 4) and t.ndim == t.dim() == 3 and len(t) == 2
+    assert t.dtype == etptr.scalar_type_to_numpy(etptr.ScalarType.BFloat16)
+    assert t.nbytes == 48
+    s = etptr.scalar_tensor(2.0)
+    assert s.shape == () and s.ndim == 0 and s.dtype == np.float32
+    with pytest.raises(TypeError, match="len.. of a 0-dim TensorPtr"):
+        len(s)
+    assert etptr.empty([1], type=etptr.ScalarType.QInt8).dtype is None   # NumPy has none

@@ -143,8 +143,17 @@ cdef Device c_device(object spec, str argname):
             raise_error(Error.InvalidArgument,
                         f"{argname}={spec!r}: the CPU has one device, index 0")
         return c_make_device(_NAMES[head], _check_index(idx, argname))
-    if (isinstance(spec, int) or isinstance(spec, np.integer)) and not isinstance(spec, bool):
+    if isinstance(spec, DeviceType):
         return c_make_device(_check_type(spec, argname), 0)
+    if (isinstance(spec, int) or isinstance(spec, np.integer)) and not isinstance(spec, bool):
+        # torch reads device=1 as cuda:1, ExecuTorch's DeviceType code 1 is CUDA (cuda:0)
+        code = int(spec)
+        meant = (f", ExecuTorch's DeviceType code {code} is {_DEVICE_TYPES[code].name}"
+                 if 0 <= code < len(_DEVICE_TYPES) else "")
+        raise_error(Error.InvalidArgument,
+                    f"{argname}={spec!r}: a bare int is ambiguous (torch reads it as "
+                    f"'cuda:{code}'{meant}): pass 'cuda:{code}', etptr.Device('cuda:{code}') "
+                    f"or an etptr.DeviceType")
     raise_error(Error.InvalidType,
                 f"{argname} must be an etptr.Device, a DeviceType or a string like 'cuda:0', "
                 f"got {spec!r} of type {type(spec).__name__}")

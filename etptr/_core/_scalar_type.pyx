@@ -97,8 +97,28 @@ cdef bint c_can_cast(int src, int dst) noexcept nogil:
 
 
 _BY_NAME = {t.name: t for t in ScalarType}
-_SPELLINGS = ("an etptr.ScalarType, an int code, a ScalarType name such as 'BFloat16', "
-              "or a NumPy dtype such as numpy.float16")
+_SPELLINGS = ("an etptr.ScalarType, an int code, a ScalarType name such as 'BFloat16', a "
+              "NumPy name such as 'float16', a safetensors code such as 'F16', a NumPy dtype "
+              "such as numpy.float16 or a torch dtype such as torch.float16")
+# safetensors' dtype codes (the format's names)
+_BY_CODE = {"F64": ScalarType.Double, "F32": ScalarType.Float, "F16": ScalarType.Half,
+            "BF16": ScalarType.BFloat16, "I64": ScalarType.Long, "I32": ScalarType.Int,
+            "I16": ScalarType.Short, "I8": ScalarType.Char, "U8": ScalarType.Byte,
+            "U16": ScalarType.UInt16, "U32": ScalarType.UInt32, "U64": ScalarType.UInt64,
+            "BOOL": ScalarType.Bool, "F8_E4M3": ScalarType.Float8_e4m3fn,
+            "F8_E5M2": ScalarType.Float8_e5m2}
+# Lower-case spellings that are one type to ExecuTorch (its capitalised name) and another to
+# NumPy: they mean two things, so neither is read.
+_TWO_MEANINGS = {
+    "float": "ExecuTorch's Float is 32-bit (ScalarType.Float, 'float32'); NumPy's 'float' is "
+             "float64 (ScalarType.Double, 'float64')",
+    "int": "ExecuTorch's Int is 32-bit (ScalarType.Int, 'int32'); NumPy's 'int' is int64 "
+           "(ScalarType.Long, 'int64')",
+    "byte": "ExecuTorch's Byte is unsigned (ScalarType.Byte, 'uint8'); NumPy's 'byte' is "
+            "signed (ScalarType.Char, 'int8')",
+    "char": "ExecuTorch's Char is an 8-bit integer (ScalarType.Char, 'int8'); NumPy's 'char' "
+            "is a byte string",
+}
 
 
 cdef object c_scalar_type(object t, str argname):
@@ -120,8 +140,11 @@ cdef object c_scalar_type(object t, str argname):
     if isinstance(t, str):
         st = _BY_NAME.get(t)
         if st is None:
-            _unknown_name(str(t), argname)  # str(): a numpy.str_ is a str subclass
+            st = _from_spelling(str(t), argname)   # str(): a numpy.str_ is a str subclass
         return st
+    if type(t).__name__ == "dtype" and type(t).__module__ == "torch":
+        # torch.float16 and the like, read by name without importing torch
+        return _from_spelling(str(t).rpartition(".")[2], argname, str(t))
     if isinstance(t, np.dtype) or (isinstance(t, type) and issubclass(t, np.generic)):
         try:
             dt = np.dtype(t)
@@ -133,6 +156,32 @@ cdef object c_scalar_type(object t, str argname):
         hint = f" (for NumPy's {np.dtype(t)} pass numpy.{np.dtype(t)})"
     raise_error(Error.InvalidType,
                 f"{argname} must be {_SPELLINGS}, got {t!r:.80} of type {type(t).__name__}{hint}")
+
+
+cdef object _from_spelling(str name, str argname, str shown=None):
+    """A scalar type named the way safetensors (``"BF16"``) or NumPy (``"bfloat16"``,
+    ``"int64"``) names it; a name that means two things, or none, is refused."""
+    cdef object dt
+    st = _BY_CODE.get(name)
+    if st is not None:
+        return st
+    why = _TWO_MEANINGS.get(name)
+    if why is not None:
+        raise_error(Error.InvalidArgument,
+                    f"{argname}={name!r} means two things: {why}; pass one of those")
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
+        _load_ml_dtypes()
+    try:
+        dt = np.dtype(name)
+    except Exception:
+        dt = None
+    if dt is not None and dt.isnative:
+        st = _FROM_NUMPY.get(dt)
+        if st is not None:
+            return st
+    if shown is not None:
+        raise_error(Error.InvalidType, f"{argname}={shown} has no etptr ScalarType")
+    _unknown_name(name, argname)
 
 
 cdef int _unknown_name(str name, str argname) except -1:

@@ -29,7 +29,7 @@ from etptr._core._storage cimport (
     Storage, c_check_alive, c_device_storage, c_host_storage, c_pinned_storage)
 
 from etptr._core._device import DeviceType
-from etptr._core._error import Error, NamedIntEnum
+from etptr._core._error import Error, EtError, NamedIntEnum
 from etptr._core._scalar_type import ScalarType
 
 cnp.import_array()
@@ -163,6 +163,34 @@ cdef class TensorPtr:
     def dim(self):
         """Number of dims (0 for a scalar tensor)."""
         return self.c_dim
+
+    # NumPy's and torch's spellings, as aliases of ExecuTorch's names
+    @property
+    def shape(self):
+        """The sizes, as NumPy and torch call them: an alias of :attr:`sizes`."""
+        return c_tuple64(self.c_sizes, self.c_dim)
+
+    @property
+    def ndim(self):
+        """The number of dims, as NumPy calls it: an alias of :meth:`dim`."""
+        return self.c_dim
+
+    @property
+    def dtype(self):
+        """The NumPy dtype of the elements (:func:`etptr.scalar_type_to_numpy` of
+        :attr:`scalar_type`; BFloat16 and Float8 through ``ml_dtypes``), or None for a
+        scalar type NumPy has no dtype for (ComplexHalf, the quantized and bits types)."""
+        try:
+            return c_numpy_dtype(self.c_type)
+        except EtError:
+            return None
+
+    def __len__(self):
+        """The size of the first dim, as for a NumPy array; a 0-dim tensor has no len()
+        (TypeError)."""
+        if self.c_dim == 0:
+            raise TypeError("len() of a 0-dim TensorPtr")
+        return self.c_sizes[0]
 
     def numel(self):
         """Number of elements (1 for a 0-dim tensor)."""
