@@ -80,7 +80,7 @@ def setup(path):
     rt.hostAlloc, rt.freeHost, cp.cuda.memory.alloc = (registered_host_alloc,
                                                        unregistered_free_host, registered_alloc)
     cp.is_fake = False                  # so that etptr loads "libcuda" (the fake)
-    _driver._set_backend(cp)
+    _driver._use_backend(cp)
     assert _driver._driver_calls() == "libcuda", _driver._driver_calls()
     registration = use_allocator(CudaAllocator())
     registration.__enter__()

@@ -11,7 +11,7 @@ driver starts uninitialised (``state.initialised``): runtime calls initialise
 it, and until then driver calls raise CUDA_ERROR_NOT_INITIALIZED.
 
 Use :func:`make` for a fresh instance and hand it to
-``etptr.cuda._driver._set_backend``.
+``etptr.cuda._driver._use_backend``.
 """
 import ctypes
 import threading

@@ -185,7 +185,7 @@ def test_backend_changes_under_running_copies_do_not_crash(fake_driver):
         def swapper():
             n = 0
             while time.time() < stop:
-                _driver._set_backend(other if n % 2 == 0 else F.cupy)
+                _driver._use_backend(other if n % 2 == 0 else F.cupy)
                 n += 1
 
         threads = [threading.Thread(target=f) for f in (copier, copier, swapper)]

@@ -725,9 +725,9 @@ def fake_cupy():
     rt.pointerGetAttributes = pointerGetAttributes
     rt.getDevice = getDevice
     rt.streamSynchronize = streamSynchronize
-    _driver._set_backend(cupy)
+    _driver._use_backend(cupy)
     yield calls, table
-    _driver._set_backend(None)
+    _driver._use_backend(None)
 
 
 def test_cai_device_asked_of_the_runtime(fake_cupy):
@@ -757,7 +757,7 @@ def test_cai_null_pointer_uses_current_device(fake_cupy):
 
 def test_cai_without_cupy_needs_device(monkeypatch):
     from etptr.cuda import _driver
-    _driver._set_backend(None)
+    _driver._use_backend(None)
     monkeypatch.setitem(sys.modules, "cupy", None)      # import cupy -> ImportError
     with pytest.raises(etptr.NotSupportedError, match="device="):
         etptr.from_cuda_array_interface(CAI(np.zeros(2)))

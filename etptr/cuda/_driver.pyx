@@ -103,7 +103,7 @@ cdef void c_keep_forever(object obj) noexcept:
 
 # ------------------------------------------------------------------ CuPy, lazily
 
-cdef object _cp = None      # the cupy module (or a stand-in set by _set_backend)
+cdef object _cp = None      # the cupy module (or a stand-in set by _use_backend)
 cdef object _rt = None      # its cuda.runtime
 cdef tuple _stream_types = ()   # its stream classes, whose handle is their ``ptr``
 cdef object _CudaError = None
@@ -118,7 +118,7 @@ cdef object c_runtime():
         except ImportError as exc:
             raise_error(Error.NotSupported,
                         f"CUDA copies need CuPy (pip install cupy-cuda12x or cupy-cuda13x): {exc}")
-        _set_backend(cupy)
+        _use_backend(cupy)
     return _rt
 
 
@@ -134,8 +134,9 @@ def _cupy():
     return c_cupy()
 
 
-def _set_backend(module):
-    """Use ``module`` as CuPy (None: import CuPy again on next use). For tests.
+def _use_backend(module):
+    """Use ``module`` as CuPy: CuPy itself, or a stand-in for it in tests (None: import
+    CuPy again on next use).
 
     Every module holding CUDA objects of the previous backend is told to forget them
     (the callbacks of :func:`_on_backend_change`)."""

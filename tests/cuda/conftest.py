@@ -42,10 +42,10 @@ def _cuda_session():
     if CP is None:
         pytest.skip(WHY)
     if FAKE:
-        _driver._set_backend(CP)
+        _driver._use_backend(CP)
     yield
     if FAKE:
-        _driver._set_backend(None)
+        _driver._use_backend(None)
 
 
 @pytest.fixture(autouse=True)

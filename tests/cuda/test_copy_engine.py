@@ -424,7 +424,7 @@ def test_no_context_on_gpu0_when_only_gpu1_is_named_fake(fake, cp):
     shared = etptr.cuda.get_pinned_host_pool()
     shared.empty_cache()                     # its blocks belong to the other fake
     try:
-        _driver._set_backend(fresh)
+        _driver._use_backend(fresh)
         with use_allocator(CudaAllocator()), copy_config(**SMALL):
             a = _payload(MiB + 3)
             d = etptr.clone_tensor_ptr_to(etptr.make_tensor_ptr(a), "cuda:1")
@@ -439,7 +439,7 @@ def test_no_context_on_gpu0_when_only_gpu1_is_named_fake(fake, cp):
         assert fresh.state.contexts == {1}
     finally:
         shared.empty_cache()
-        _driver._set_backend(cp)
+        _driver._use_backend(cp)
 
 
 CHILD = textwrap.dedent("""

@@ -292,7 +292,7 @@ FORK_PRELUDE = FORK_AND_WAIT + """
         fake = fakecupy.make(ndev=1)
 
     def use_fake_cuda():
-        _driver._set_backend(fake)
+        _driver._use_backend(fake)
         etptr.register_device_allocator(etptr.cuda.CudaAllocator())
 
 """
@@ -694,7 +694,7 @@ warnings.simplefilter("ignore", DeprecationWarning)
 spec = importlib.util.spec_from_file_location(
     "fk", pathlib.Path(os.environ["ETPTR_TESTS_DIR"]) / "fakecupy.py")
 mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-fake = mod.make(ndev=2); _driver._set_backend(fake)
+fake = mod.make(ndev=2); _driver._use_backend(fake)
 pid = []
 def hook(direction, i):
     if i == 2 and not pid:
