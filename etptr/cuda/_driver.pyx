@@ -601,9 +601,12 @@ cdef int c_enter_device(int dev, DeviceGuard* guard) except -1:
 
 
 cdef int c_exit_device(DeviceGuard* guard) except -1:
+    """Restore the context :func:`c_enter_device` found; nothing in a child forked since
+    (a thread that forks mid-copy exits its device there, and makes no CUDA call)."""
     if guard.switched:
         guard.switched = False
-        c_check(api.ctx_set(guard.prev), "restoring the caller's CUDA context")
+        if not _forked_after_init:
+            c_check(api.ctx_set(guard.prev), "restoring the caller's CUDA context")
     return 0
 
 
