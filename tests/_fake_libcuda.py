@@ -24,8 +24,8 @@ import textwrap
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.path.join(HERE, "fakecuda.c")
 _LONGS = {"fake_fail_after", "fake_fail_copies_after", "fake_writes", "fake_writes64",
-          "fake_copies", "fake_syncs", "fake_overruns", "fake_bad_device", "fake_calls",
-          "fake_stale_regions"}
+          "fake_copies", "fake_syncs", "fake_overruns", "fake_bad_device", "fake_launches",
+          "fake_calls", "fake_stale_regions"}
 _ULONGLONGS = {"fake_contexts"}
 ENV = "ETPTR_FAKE_LIBCUDA"         # the built library, for the processes tests start
 
@@ -62,7 +62,7 @@ def built():
 # One entry of the call log (struct FakeCall): ``what`` is one of WHAT's names.
 Call = collections.namedtuple("Call", "what nbytes dst src stream pinned device")
 WHAT = {1: "htod", 2: "dtoh", 3: "dtod", 4: "stream_sync", 5: "event_sync", 6: "wait",
-        7: "write32", 8: "write64", 9: "mark"}
+        7: "write32", 8: "write64", 9: "mark", 10: "launch"}
 
 
 class _FakeCall(ctypes.Structure):

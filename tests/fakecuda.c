@@ -14,17 +14,17 @@
    page-locked memory. Each stream is a FIFO worked by its own thread with a random delay
    per operation, so copies really are asynchronous: a host that does not wait sees the
    bytes late; the legacy default stream (0) and the blocking streams wait for each
-   other's earlier work, as in CUDA. Stream writes (cuStreamWriteValue32/64) run in
-   stream order. No kernels (cuLaunchKernel is absent, as in a driver that cannot load
-   them). A child forked after cuInit gets CUDA_ERROR_NOT_INITIALIZED from every call, as
-   from the real driver.
+   other's earlier work, as in CUDA. Stream writes (cuStreamWriteValue32/64) and etptr's
+   one kernel (etptr_copy_pieces: a device table of {u64 src, dst, n} pieces and a count,
+   each piece moved with memmove) run in stream order. A child forked after cuInit gets
+   CUDA_ERROR_NOT_INITIALIZED from every call, as from the real driver.
 
    For the tests: fake_calls counts every call; a log (fake_log_on) records each accepted
    copy (direction, bytes, addresses, stream, the current device, whether the host side
-   is page-locked), stream and event synchronisation, stream waits, writes and the marks
-   the tests make (fake_log_mark). Fault injection: copy calls refused with FAKE_INJECTED
-   once fake_fail_copies_after more have been accepted; a sticky error after N executed
-   copies; fixed return codes for stream writes. */
+   is page-locked), stream and event synchronisation, stream waits, writes, launches and
+   marks the tests make (fake_log_mark). Fault injection: copy calls refused with
+   FAKE_INJECTED once fake_fail_copies_after more have been accepted; a sticky error after
+   N executed copies; fixed return codes for stream writes; modules that do not load. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -38,18 +38,20 @@
 #define INVALID_VALUE 1            /* CUDA_ERROR_INVALID_VALUE */
 #define INVALID_DEVICE 101         /* CUDA_ERROR_INVALID_DEVICE */
 #define INVALID_CONTEXT 201        /* CUDA_ERROR_INVALID_CONTEXT */
+#define NO_BINARY_FOR_GPU 209      /* CUDA_ERROR_NO_BINARY_FOR_GPU */
 #define INVALID_HANDLE 400         /* CUDA_ERROR_INVALID_HANDLE */
+#define NOT_FOUND 500              /* CUDA_ERROR_NOT_FOUND */
 #define NOT_READY 600              /* CUDA_ERROR_NOT_READY */
 #define ILLEGAL_ADDRESS 700        /* CUDA_ERROR_ILLEGAL_ADDRESS */
 #define FAKE_INJECTED 9999         /* no CUresult: a copy call refused on purpose */
 
-enum { OP_COPY, OP_WRITE32, OP_WRITE64, OP_WAIT };
+enum { OP_COPY, OP_WRITE32, OP_WRITE64, OP_KERNEL, OP_WAIT };
 
 typedef struct Stream Stream;
 typedef struct Op {
     int kind;
-    uintptr_t dst, src;
-    size_t n;
+    uintptr_t dst, src;       /* a kernel's table is src */
+    size_t n;                 /* a kernel's piece count */
     uint64_t val;
     void* staging;            /* freed after the copy */
     Stream* wait_s;
@@ -91,6 +93,7 @@ int fake_devices = 2;           /* devices cuDeviceGet knows */
 int fake_initialised = 0;       /* cuInit was called */
 int fake_forked = 0;            /* a child forked after cuInit: every call fails */
 unsigned long long fake_contexts = 0;   /* bit d: device d's primary context retained */
+int fake_kernels = 1;           /* 0: cuModuleLoadData fails (a driver without PTX) */
 int fake_delay_max_us = 50;     /* per-op delay, uniform in [0, max] */
 int fake_sticky = 0;            /* the context's sticky error (0: none) */
 long fake_fail_after = -1;      /* executed copies before a sticky 700 (-1: never) */
@@ -101,20 +104,20 @@ int fake_write_host_rc = 0;     /* returned by cuStreamWriteValue32 to host memo
 int fake_write64_rc = 0;        /* returned by cuStreamWriteValue64 only */
 long fake_calls = 0;            /* every call made (cuGetErrorName included) */
 long fake_writes = 0, fake_writes64 = 0, fake_copies = 0, fake_syncs = 0, fake_overruns = 0;
-long fake_bad_device = 0;
+long fake_bad_device = 0, fake_launches = 0;
 long fake_stale_regions = 0;       /* registered regions a new one overlapped */
 
 /* ---------------------------------------------------------------- the call log */
 enum { LOG_HTOD = 1, LOG_DTOH, LOG_DTOD, LOG_STREAM_SYNC, LOG_EVENT_SYNC, LOG_WAIT,
-       LOG_WRITE32, LOG_WRITE64, LOG_MARK };
+       LOG_WRITE32, LOG_WRITE64, LOG_MARK, LOG_LAUNCH };
 
 typedef struct FakeCall {
     int what;                 /* LOG_... */
     int pinned;               /* copies: the host side is registered page-locked memory */
     int device;               /* the calling thread's current device (-1: none) */
     int pad;
-    uint64_t nbytes;          /* copies: bytes; writes: the value */
-    uint64_t dst, src;        /* copies: addresses; writes: dst */
+    uint64_t nbytes;          /* copies: bytes; writes: the value; launches: pieces */
+    uint64_t dst, src;        /* copies: addresses; writes: dst; launches: src = table */
     uint64_t handle;          /* the stream (for event syncs: the event) */
 } FakeCall;
 
@@ -208,12 +211,42 @@ static Region* find_locked(uintptr_t p) {
     return NULL;
 }
 
+/* 1 when [p, p + n) lies in one registered region (device or page-locked memory) */
+static int known_locked(uintptr_t p, size_t n) {
+    Region* r = find_locked(p);
+    return r && p + n <= r->base + r->size;
+}
+
 /* ---------------------------------------------------------------- streams */
 static unsigned rnd(void) {
     static __thread unsigned s = 0;
     if (!s) s = (unsigned)(uintptr_t)&s ^ (unsigned)time(NULL);
     s = s * 1103515245u + 12345u;
     return s >> 8;
+}
+
+typedef struct Piece { uint64_t src, dst, n; } Piece;
+
+/* etptr_copy_pieces, run by a stream's thread: a piece outside memory the driver knows
+   is an illegal address (sticky, as on a GPU) */
+static void run_kernel(uintptr_t table, size_t count) {
+    pthread_mutex_lock(&g);
+    int ok = known_locked(table, count * sizeof(Piece));
+    for (size_t i = 0; ok && i < count; i++) {
+        const Piece* p = (const Piece*)table + i;
+        ok = known_locked(p->src, p->n) && known_locked(p->dst, p->n);
+    }
+    if (!ok) {
+        fake_sticky = ILLEGAL_ADDRESS;
+        fake_bad_device++;
+        fprintf(stderr, "fakecuda: etptr_copy_pieces read or wrote memory the driver does "
+                "not know\n");
+    }
+    pthread_mutex_unlock(&g);
+    for (size_t i = 0; ok && i < count; i++) {
+        const Piece* p = (const Piece*)table + i;
+        memmove((void*)(uintptr_t)p->dst, (const void*)(uintptr_t)p->src, p->n);
+    }
 }
 
 static void* worker(void* arg) {
@@ -253,6 +286,8 @@ static void* worker(void* arg) {
                 __atomic_store_n((uint32_t*)op->dst, (uint32_t)op->val, __ATOMIC_SEQ_CST);
             } else if (op->kind == OP_WRITE64) {
                 __atomic_store_n((uint64_t*)op->dst, op->val, __ATOMIC_SEQ_CST);
+            } else if (op->kind == OP_KERNEL) {
+                run_kernel(op->src, op->n);
             }
         }
         free(op->staging);
@@ -587,6 +622,47 @@ int cuStreamWriteValue64_v2(void* s, unsigned long long addr, unsigned long long
     return 0;
 }
 
+/* ---------------------------------------------------------------- kernels */
+static const char KERNEL[] = "etptr_copy_pieces";
+static int module_token, function_token;       /* their addresses are the handles */
+
+int cuModuleLoadData(void** module, const void* image) {
+    ENTER();
+    if (!fake_kernels) return NO_BINARY_FOR_GPU;
+    if (!live_ctx()) return INVALID_CONTEXT;
+    if (!strstr((const char*)image, KERNEL)) return NO_BINARY_FOR_GPU;
+    *module = &module_token;
+    return 0;
+}
+
+int cuModuleGetFunction(void** fn, void* module, const char* name) {
+    ENTER();
+    if (module != &module_token) return INVALID_HANDLE;
+    if (strcmp(name, KERNEL) != 0) return NOT_FOUND;
+    *fn = &function_token;
+    return 0;
+}
+
+/* etptr_copy_pieces(const Piece* table, unsigned long long count): the parameters are
+   read at the launch, the table and the pieces when the stream reaches the kernel */
+int cuLaunchKernel(void* fn, unsigned int gx, unsigned int gy, unsigned int gz,
+                   unsigned int bx, unsigned int by, unsigned int bz, unsigned int shared,
+                   void* s, void** params, void** extra) {
+    ENTER();
+    if (!live_ctx()) return INVALID_CONTEXT;
+    if (fake_sticky) return fake_sticky;
+    if (fn != &function_token || params == NULL || extra != NULL) return INVALID_VALUE;
+    if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0) return INVALID_VALUE;
+    __atomic_fetch_add(&fake_launches, 1, __ATOMIC_SEQ_CST);
+    Op* op = calloc(1, sizeof(Op));
+    op->kind = OP_KERNEL;
+    op->src = (uintptr_t)*(const unsigned long long*)params[0];
+    op->n = (size_t)*(const unsigned long long*)params[1];
+    log_call(LOG_LAUNCH, 0, op->src, op->n, s, 0);
+    enqueue(s, op);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- sync */
 int cuStreamSynchronize(void* s) {
     ENTER();
@@ -701,7 +777,9 @@ int cuGetErrorName(int rc, const char** name) {
     case NOT_INITIALIZED: *name = "CUDA_ERROR_NOT_INITIALIZED"; break;
     case INVALID_DEVICE: *name = "CUDA_ERROR_INVALID_DEVICE"; break;
     case INVALID_CONTEXT: *name = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case NO_BINARY_FOR_GPU: *name = "CUDA_ERROR_NO_BINARY_FOR_GPU"; break;
     case INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; break;
+    case NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; break;
     case NOT_READY: *name = "CUDA_ERROR_NOT_READY"; break;
     case ILLEGAL_ADDRESS: *name = "CUDA_ERROR_ILLEGAL_ADDRESS"; break;
     case 801: *name = "CUDA_ERROR_NOT_SUPPORTED"; break;

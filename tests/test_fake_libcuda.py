@@ -182,3 +182,20 @@ def test_backend_changes_under_running_copies_do_not_crash(fake_driver):
         print("survived")
     """)
     assert "survived" in out
+
+
+def test_small_scattered_pieces_go_through_the_copy_kernel(fake_driver):
+    # separately allocated small tensors: packed into the scratch area and scattered by the
+    # kernel (up), gathered by it (down), each in stream order behind slow copies
+    out = _run(fake_driver, """
+        F.knob("fake_delay_max_us").value = 300
+        rng = np.random.default_rng(0)
+        arrays = [rng.integers(0, 1 << 30, 100 + 7 * i, dtype=np.int32) for i in range(50)]
+        outs = [etptr.empty([a.size], etptr.ScalarType.Int, device="cuda") for a in arrays]
+        etptr.h2d_copy([etptr.make_tensor_ptr(a) for a in arrays], outs)
+        back = etptr.clone_tensor_ptrs_to(outs, "cpu")
+        assert all(np.array_equal(a, b.numpy()) for a, b in zip(arrays, back))
+        print("launches", F.knob("fake_launches").value, "bad", F.knob("fake_bad_device").value)
+    """)
+    counts = dict(zip(out.split()[::2], map(int, out.split()[1::2])))
+    assert counts["launches"] >= 2 and counts["bad"] == 0, out

@@ -99,6 +99,19 @@ def fake():
 
 
 @pytest.fixture
+def no_kernel(fake):
+    """The fake driver without etptr's copy kernel (cuModuleLoadData fails, as in a driver
+    that cannot load PTX): the batch layer copies small scattered pieces one by one, and
+    holds no scratch area on the device."""
+    from etptr.cuda import _batch
+    fake.knob("fake_kernels").value = 0
+    _batch._forget_scratch()
+    yield fake
+    fake.knob("fake_kernels").value = 1
+    _batch._forget_scratch()
+
+
+@pytest.fixture
 def real_cupy():
     """Real CuPy with a device (interop tests), or skip under the fake."""
     if FAKE:

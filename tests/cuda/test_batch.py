@@ -1,8 +1,9 @@
 """Many tensors at once on CUDA: DeviceMemoryBuffer, h2d_copy / d2h_copy, clone_tensor_ptrs_to.
 
-Against a real device the scattered paths use the copy kernel; against the stand-in
-driver (ETPTR_FAKE_CUPY=1, tests/fakecuda.c) the same calls copy piece by piece, which
-checks the bookkeeping (layouts, what is freed, errors)."""
+The scattered paths use the copy kernel, on a real device and against the stand-in
+driver (ETPTR_FAKE_CUPY=1, tests/fakecuda.c); tests that look at each piece's DMA run
+the stand-in without the kernel (the ``no_kernel`` fixture), where the same calls copy
+piece by piece, which checks the bookkeeping (layouts, what is freed, errors)."""
 import gc
 
 import numpy as np
@@ -162,7 +163,8 @@ def test_outs_laid_end_to_end_in_one_allocation_go_up_in_one_dma(fake):
     assert all((back[i] == i).all() for i in range(64))
 
 
-def test_a_batched_clone_down_reads_separate_allocations_separately(fake, cp, monkeypatch):
+def test_a_batched_clone_down_reads_separate_allocations_separately(fake, no_kernel, cp,
+                                                                    monkeypatch):
     # two separate device allocations 212 bytes apart (as successive allocations may lie):
     # one DMA across both would read memory that belongs to neither
     import ctypes
@@ -216,7 +218,7 @@ def _ups(fake):
 
 
 @pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
-def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, settings, pool):
+def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, no_kernel, settings, pool):
     # pageable pieces of 1 MiB and more: their bytes packed into the slots in order,
     # each chunk's DMA one per piece it holds, never past a piece's end; small pieces
     # and a page-locked large one beside them take their own paths
@@ -257,7 +259,8 @@ def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, settings,
 
 
 @pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
-def test_large_pieces_from_scattered_tensors_come_down_in_one_pipeline(fake, settings, pool):
+def test_large_pieces_from_scattered_tensors_come_down_in_one_pipeline(fake, no_kernel, settings,
+                                                                       pool):
     # the mirror for downloads into pageable outs: the device pieces come down into the
     # slots packed in order (one DMA per piece a chunk holds), the copy threads scatter
     # them to their outs; a page-locked out takes one DMA of its own

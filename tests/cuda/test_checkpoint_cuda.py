@@ -272,7 +272,7 @@ def test_a_malformed_header_is_refused_once_the_copy_is_done(tmp_path, header, m
     assert pool.stats()["in_use_bytes"] == 0
 
 
-def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, pool):
+def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, no_kernel, pool):
     # the upload starts before the header is checked: a full device or a failing copy
     # must not hide the header's error
     path = tmp_path / "bad.safetensors"
@@ -281,7 +281,8 @@ def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, pool):
     with pytest.raises(CheckpointError, match="needs 36 bytes") as want:
         etptr.checkpoint.parse_header(path)
     fds = open_fds()
-    hog = etptr.empty([(1 << 30) - 2048], type=ST.Byte, device="cuda:0")   # the fake's 1 GiB
+    # the fake's 1 GiB (no_kernel: no scratch area holds any of it)
+    hog = etptr.empty([(1 << 30) - 2048], type=ST.Byte, device="cuda:0")
     with pytest.raises(CheckpointError) as got:
         etptr.load_safetensors(path, "cuda:0", progress=False)
     assert str(got.value) == str(want.value)
