@@ -27,7 +27,7 @@ def _find_cupy():
         FAKE_DRIVER = _fake_libcuda.start()
         if FAKE_DRIVER is None:
             return None, ("the fake GPU (ETPTR_FAKE_CUPY=1) needs a C compiler to build "
-                          f"tests/fakecuda.c (none found as {os.environ.get('CC', 'cc')!r})")
+                          f"tests/fakecuda.c ({os.environ.get('CC', 'cc')!r} could not build it)")
         FAKE_DRIVER.cupy = FAKE_DRIVER.make_cupy(ndev=2)
         return FAKE_DRIVER.cupy, "fake CuPy over tests/fakecuda.c (ETPTR_FAKE_CUPY=1)"
     try:
