@@ -17,16 +17,6 @@ TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 ETPTR_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(etptr.__file__)))
 
 
-def load_fakecupy():
-    """tests/fakecupy.py as a module (a host-memory stand-in for CuPy: its ``make()``)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("etptr_tests_fakecupy",
-                                                  os.path.join(TESTS_DIR, "fakecupy.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @functools.lru_cache(maxsize=None)
 def cuda_available():
     """True when CuPy imports and reports at least one CUDA device."""

@@ -1,17 +1,19 @@
-"""A host-memory stand-in for the slice of CuPy that etptr's CUDA code calls.
+"""A host-memory stand-in for the slice of CuPy's Python API that etptr's CUDA code calls.
 
-It lets the copy engine, the pinned pool and CudaAllocator run on machines
-without a GPU: "device" memory and page-locked memory are ordinary host
-buffers, copies happen at once, streams and events are bookkeeping. It also
-models what the real runtime does that tests care about: a CUDA call made
-while no context is current creates one (on device 0 here), ``setDevice`` creates
-one on the device it names, allocations past a device's capacity fail, and
-failures can be injected (``fail_memcpy_after``, ``fail_host_alloc``). The
-driver starts uninitialised (``state.initialised``): runtime calls initialise
-it, and until then driver calls raise CUDA_ERROR_NOT_INITIALIZED.
+It runs over tests/fakecuda.c, the stand-in for libcuda (tests/_fake_libcuda.py builds
+and loads it, and its ``Fake.make_cupy`` makes one of these), as CuPy's runtime runs
+over the real driver: contexts, streams, events and copies are the fake driver's, and
+etptr's own driver calls reach the same one. What is CuPy's here is its Python-level
+part: the memory pool ("device" memory is ordinary host memory, registered with the
+fake driver as device memory; allocations past a device's capacity fail), page-locked
+host allocations (registered as such), stream objects and the device count. It also
+models what the real runtime does that tests care about: a runtime call made while no
+context is current initialises the driver and makes one current (on device 0 here),
+and ``setDevice`` makes the primary context of the device it names current. Failures
+of page-locked allocations can be injected (``state.fail_host_alloc``).
 
 Use :func:`make` for a fresh instance and hand it to
-``etptr.cuda._driver._set_backend``.
+``etptr.cuda._driver._use_backend``.
 """
 import ctypes
 import threading
@@ -43,20 +45,43 @@ class PointerAttributes:
 
 
 class _Buffers:
-    """Address -> (ctypes buffer, size), for one kind of memory; addresses aligned."""
+    """Address -> (ctypes buffer, size), for one kind of memory (``kind``: the fake
+    driver's memory type, 1 page-locked host, 2 device), each block registered with the
+    driver while it is here; addresses aligned."""
 
-    def __init__(self, alignment):
+    def __init__(self, driver, kind, alignment):
+        self.driver = driver
+        self.kind = kind
         self.blocks = {}
         self.alignment = alignment
 
     def new(self, size):
         buf = ctypes.create_string_buffer(max(size, 1) + self.alignment)
         addr = -(-ctypes.addressof(buf) // self.alignment) * self.alignment
-        self.blocks[addr] = (buf, max(size, 1))
+        self.add(addr, buf, max(size, 1))
         return addr
+
+    def add(self, addr, buf, size):
+        """Make ``size`` bytes at ``addr`` (in ``buf``, kept alive here) one block."""
+        self.blocks[addr] = (buf, size)
+        self.driver.fake_register(addr, size, self.kind, 0)
+
+    def pop(self, addr):
+        """Forget the block at ``addr``; False when there is none."""
+        block = self.blocks.pop(addr, None)
+        if block is None:
+            return False
+        self.driver.fake_unregister(addr)
+        del block          # its memory goes once the driver has forgotten it, not before
+        return True
 
     def size(self, base):
         return self.blocks[base][1]
+
+    def __del__(self):
+        # the fake itself is going: its memory with it, so the driver must not know it
+        for addr in list(self.blocks):
+            self.driver.fake_unregister(addr)
 
     def owner(self, addr):
         # list(): a snapshot, as other threads may add or remove blocks meanwhile
@@ -66,31 +91,70 @@ class _Buffers:
         return None
 
 
-def make(ndev=2, device_bytes=1 << 30):
-    """A fresh fake ``cupy`` module with ``ndev`` devices of ``device_bytes`` each."""
-    state = types.SimpleNamespace(
-        tls=threading.local(), contexts=set(), host=_Buffers(4096), dev=_Buffers(512),
-        used=[0] * ndev, calls=[], fail_memcpy_after=None, fail_host_alloc=0,
-        streams=set(), events={}, next_handle=[0x1000], lock=threading.RLock(),
-        initialised=False)
+class _State:
+    """What a test may look at or change: memory, device usage, injected failures."""
 
-    def _handle():
-        with state.lock:
-            state.next_handle[0] += 16
-            return state.next_handle[0]
+    def __init__(self, driver, ndev):
+        self.driver = driver
+        self.tls = threading.local()     # the device setDevice named, per thread
+        self.host = _Buffers(driver, 1, 4096)
+        self.dev = _Buffers(driver, 2, 512)
+        self.used = [0] * ndev
+        self.fail_host_alloc = 0         # page-locked allocations that fail from now on
+        self.lock = threading.RLock()
+
+    @property
+    def contexts(self):
+        """The devices whose primary context was made since this fake was made."""
+        mask = ctypes.c_ulonglong.in_dll(self.driver, "fake_contexts").value
+        return {d for d in range(64) if mask >> d & 1}
+
+    @property
+    def initialised(self):
+        """Whether the driver was initialised (cuInit, by a runtime call)."""
+        return bool(ctypes.c_int.in_dll(self.driver, "fake_initialised").value)
+
+
+def make(driver, ndev=2, device_bytes=1 << 30):
+    """A fresh fake ``cupy`` module with ``ndev`` devices of ``device_bytes`` each, over
+    ``driver`` (tests/fakecuda.c loaded by ctypes, its prototypes set: see
+    tests/_fake_libcuda.py). No context is current or made afterwards until one is used."""
+    lib = driver
+    ctypes.c_int.in_dll(lib, "fake_devices").value = ndev
+    lib.fake_reset_contexts()
+    state = _State(lib, ndev)
+
+    def _driver_call(rc, what, error=CUDARuntimeError):
+        if rc != 0:
+            raise error(rc, what)
+
+    def _init():
+        _driver_call(lib.cuInit(0), "cuInit")
 
     def _current():
-        return getattr(state.tls, "ctx", None)
+        """The device of the calling thread's current context, or None."""
+        ctx = ctypes.c_void_p()
+        if lib.cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or not ctx.value:
+            return None
+        dev = ctypes.c_int()
+        _driver_call(lib.cuCtxGetDevice(ctypes.byref(dev)), "cuCtxGetDevice")
+        return dev.value
+
+    def _make_current(d):
+        ctx = ctypes.c_void_p()
+        _driver_call(lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), d), f"device {d}")
+        _driver_call(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
     def _need_context():
-        state.initialised = True
+        _init()
         # A call that needs a context while none is current gets one from the runtime;
         # modelled pessimistically as device 0's, whatever cudaSetDevice said before
         # (code that names a device must make it current itself).
-        if _current() is None:
-            state.contexts.add(0)
-            state.tls.ctx = 0
-        return state.tls.ctx
+        d = _current()
+        if d is None:
+            _make_current(0)
+            d = 0
+        return d
 
     rt = types.SimpleNamespace()
     rt.CUDARuntimeError = CUDARuntimeError
@@ -102,101 +166,84 @@ def make(ndev=2, device_bytes=1 << 30):
     rt.memoryTypeHost = 1
 
     def getDeviceCount():
-        state.initialised = True
+        _init()
         return ndev
 
     def getDevice():
-        state.initialised = True
+        _init()
         c = _current()
         return c if c is not None else getattr(state.tls, "dev", 0)
 
     def setDevice(d):
-        state.initialised = True
+        _init()
         if not 0 <= d < ndev:
             raise CUDARuntimeError(101, f"invalid device {d}")
         state.tls.dev = d
-        state.contexts.add(d)       # CUDA 12+: cudaSetDevice initialises the primary context
-        state.tls.ctx = d
+        _make_current(d)     # CUDA 12+: cudaSetDevice initialises the primary context
 
     def hostAlloc(size, flags):
         _need_context()
         if state.fail_host_alloc:
             state.fail_host_alloc -= 1
             raise CUDARuntimeError(2, "out of memory (host)")
-        state.calls.append(("hostAlloc", size))
         return state.host.new(size)
 
     def freeHost(ptr):
         _need_context()
-        if state.host.blocks.pop(ptr, None) is None:
+        if not state.host.pop(ptr):
             raise CUDARuntimeError(1, f"freeHost of unknown {ptr:#x}")
-        state.calls.append(("freeHost", ptr))
-
-    def _check_copy(kind, dst, src, n):
-        if state.fail_memcpy_after is not None:
-            if state.fail_memcpy_after <= 0:
-                raise CUDARuntimeError(700, "injected copy failure")
-            state.fail_memcpy_after -= 1
-        dev_side = dst if kind == 1 else src
-        base = state.dev.owner(dev_side)
-        if base is None or dev_side + n > base + state.dev.size(base):
-            raise CUDARuntimeError(1, f"{'dst' if kind == 1 else 'src'}={dev_side:#x}: not device memory")
 
     def memcpyAsync(dst, src, n, kind, stream):
-        dev = _need_context()
-        _check_copy(kind, dst, src, n)
-        pinned = state.host.owner(src if kind == 1 else dst) is not None
-        state.calls.append(("memcpyAsync", kind, n, stream, pinned, dev, dst, src))
-        ctypes.memmove(dst, src, n)
+        _need_context()
+        if kind == 1:
+            rc = lib.cuMemcpyHtoDAsync_v2(dst, src, n, stream)
+        elif kind == 2:
+            rc = lib.cuMemcpyDtoHAsync_v2(dst, src, n, stream)
+        else:
+            rc = lib.cuMemcpyDtoDAsync_v2(dst, src, n, stream)
+        _driver_call(rc, f"memcpyAsync kind {kind}")
 
     def memcpy(dst, src, n, kind):
         memcpyAsync(dst, src, n, kind, 0)
+        streamSynchronize(0)
 
     def streamCreateWithFlags(flags):
-        h = _handle()
-        ctx = _need_context()
-        with state.lock:
-            state.streams.add((h, ctx))
-        return h
+        _need_context()
+        h = ctypes.c_void_p()
+        _driver_call(lib.cuStreamCreate(ctypes.byref(h), flags), "cuStreamCreate")
+        return h.value
 
     def streamDestroy(h):
-        with state.lock:
-            state.streams = {s for s in state.streams if s[0] != h}
+        _driver_call(lib.cuStreamDestroy_v2(h), "cuStreamDestroy")
 
     def streamSynchronize(h):
-        _need_context()
-        state.calls.append(("streamSynchronize", h))
+        _init()
+        _driver_call(lib.cuStreamSynchronize(h), "cuStreamSynchronize")
 
     def streamWaitEvent(stream, event, flags=0):
-        state.calls.append(("streamWaitEvent", stream, event))
+        _driver_call(lib.cuStreamWaitEvent(stream, event, flags), "cuStreamWaitEvent")
 
     def eventCreateWithFlags(flags):
-        h = _handle()
-        state.events[h] = _need_context()
-        return h
+        _need_context()
+        h = ctypes.c_void_p()
+        _driver_call(lib.cuEventCreate(ctypes.byref(h), flags), "cuEventCreate")
+        return h.value
 
     def eventDestroy(h):
-        state.events.pop(h)
+        _driver_call(lib.cuEventDestroy_v2(h), "cuEventDestroy")
 
     def eventRecord(h, stream):
-        if state.events.get(h) != _need_context():
-            raise CUDARuntimeError(400, "event recorded on another device's stream")
+        _need_context()
+        _driver_call(lib.cuEventRecord(h, stream), "event recorded on another device's stream")
 
     def eventQuery(h):
-        return 0
+        rc = lib.cuEventQuery(h)
+        if rc not in (0, 600):
+            _driver_call(rc, "cuEventQuery")
+        return rc
 
     def eventSynchronize(h):
-        if h not in state.events:
-            raise CUDARuntimeError(400, "unknown event")
-
-    def pointerGetRange(ptr):
-        # not in CuPy: the driver's CU_POINTER_ATTRIBUTE_RANGE_START_ADDR / _SIZE, which
-        # etptr's shims ask a stand-in for this way
-        for mem in (state.dev, state.host):
-            base = mem.owner(ptr)
-            if base is not None:
-                return base, mem.size(base)
-        raise CUDARuntimeError(1, f"{ptr:#x}: not memory CUDA knows")
+        _driver_call(lib.cuEventSynchronize(h), "cuEventSynchronize")
 
     def pointerGetAttributes(ptr):
         _need_context()
@@ -209,21 +256,18 @@ def make(ndev=2, device_bytes=1 << 30):
     for f in (getDeviceCount, getDevice, setDevice, hostAlloc, freeHost, memcpyAsync, memcpy,
               streamCreateWithFlags, streamDestroy, streamSynchronize, streamWaitEvent,
               eventCreateWithFlags, eventDestroy, eventRecord, eventQuery, eventSynchronize,
-              pointerGetAttributes, pointerGetRange):
+              pointerGetAttributes):
         setattr(rt, f.__name__, f)
 
     drv = types.SimpleNamespace()
 
     def ctxGetCurrent():
-        if not state.initialised:
-            raise CUDADriverError(3, "CUDA_ERROR_NOT_INITIALIZED")
-        c = _current()
-        return 0 if c is None else 0x100 + c
+        ctx = ctypes.c_void_p()
+        _driver_call(lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent", CUDADriverError)
+        return ctx.value or 0
 
     def ctxSetCurrent(ctx):
-        if not state.initialised:
-            raise CUDADriverError(3, "CUDA_ERROR_NOT_INITIALIZED")
-        state.tls.ctx = None if ctx == 0 else ctx - 0x100
+        _driver_call(lib.cuCtxSetCurrent(ctx or None), "cuCtxSetCurrent", CUDADriverError)
 
     drv.CUDADriverError = CUDADriverError
     drv.ctxGetCurrent = ctxGetCurrent
@@ -236,7 +280,7 @@ def make(ndev=2, device_bytes=1 << 30):
             self.device_id = device
 
         def __del__(self):
-            state.dev.blocks.pop(self.ptr, None)
+            state.dev.pop(self.ptr)
             with state.lock:
                 state.used[self.device_id] -= self.size
 
@@ -265,6 +309,9 @@ def make(ndev=2, device_bytes=1 << 30):
         @classmethod
         def from_external(cls, obj):
             return cls(obj.__cuda_stream__()[1])
+
+        def synchronize(self):
+            streamSynchronize(self.ptr)
 
         def __enter__(self):
             return self

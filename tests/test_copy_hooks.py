@@ -1,6 +1,7 @@
 """CPU tests of the copy path's wiring: stream/pinned hooks, makers' pinned=,
 copy settings, pinned-pool size classes, lazy CuPy import, and the CUDA suite
-run against the fake CuPy (tests/fakecupy.py). None of these needs a GPU."""
+run against the fake GPU (tests/fakecuda.c for libcuda, tests/fakecupy.py for CuPy).
+None of these needs a GPU."""
 import ctypes
 import os
 import pathlib
@@ -308,11 +309,18 @@ def test_import_etptr_never_imports_cupy(tmp_path):
 
 
 def test_cuda_suite_against_fake_cupy(tmp_path):
-    """tests/cuda run against host memory standing in for the GPU (copy engine logic)."""
+    """tests/cuda run against host memory standing in for the GPU (copy engine logic),
+    through the stand-in libcuda built here."""
+    import _fake_libcuda
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fake driver is a Linux shared library")
+    libcuda = _fake_libcuda.build(str(tmp_path))
+    if libcuda is None:
+        pytest.skip("no C compiler to build the fake libcuda (tests/fakecuda.c)")
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "cuda")],
         capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
-        env=_env(ETPTR_FAKE_CUPY="1"))
+        env=_env(ETPTR_FAKE_CUPY="1", ETPTR_FAKE_LIBCUDA=libcuda))
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and " failed" not in out.stdout
 

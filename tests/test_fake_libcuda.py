@@ -1,19 +1,16 @@
-"""The copy engine's libcuda-only paths without a GPU: against tests/fakecuda.c, a stand-in
-driver with asynchronous streams and fault injection (see tests/_fake_libcuda.py). Each
-test runs in a process of its own, since the driver is chosen when CuPy is first loaded.
+"""The copy engine's libcuda paths without a GPU: against tests/fakecuda.c, a stand-in
+driver with asynchronous streams and fault injection (see tests/_fake_libcuda.py), with
+its knobs turned further than tests/cuda's fake-GPU mode turns them. Each test runs in a
+process of its own, since the driver is chosen when CuPy is first loaded.
 
 What only a real GPU can show (speed, the real driver's ordering) is in tests/cuda.
 """
 import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
 
 import _fake_libcuda
-
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the fake driver is a Linux shared library")
@@ -31,17 +28,7 @@ def fake_driver(tmp_path_factory):
 
 def _run(path, body, timeout=120):
     """Run ``body`` after setting up the fake driver; its stdout (the process must exit 0)."""
-    code = (f"import sys; sys.path.insert(0, {HERE!r})\n"
-            f"import _fake_libcuda; F = _fake_libcuda.setup({path!r})\n"
-            "import ctypes, threading, time\nimport numpy as np\nimport etptr\n"
-            "from etptr.cuda import _small_copy, _tuning\n"
-            "pool = etptr.cuda.get_pinned_host_pool()\n" + textwrap.dedent(body))
-    env = dict(os.environ)
-    env.pop("ETPTR_FAKE_CUPY", None)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=str(HERE))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    return _fake_libcuda.run(path, body, timeout)
 
 
 def test_copies_of_every_size_round_trip_through_the_libcuda_paths(fake_driver):
@@ -166,11 +153,12 @@ def test_a_sticky_error_is_raised_at_once_and_keeps_no_pinned_memory(fake_driver
 
 
 def test_backend_changes_under_running_copies_do_not_crash(fake_driver):
-    # copies in two threads while a third swaps the backend between the fake driver and
-    # the Python stand-in: copies may fail (their streams vanish), the process must not
+    # copies in two threads while a third swaps the backend between two fake CuPys over
+    # the fake driver: copies may fail (their streams vanish, or they find the table's
+    # stubs, which it holds during a swap), the process must not
     out = _run(fake_driver, """
         from etptr.cuda import _driver
-        other = __import__("_helpers").load_fakecupy().make(ndev=2)
+        other = F.make_cupy(ndev=2)
         stop = time.time() + 3
 
         def copier():
@@ -185,7 +173,7 @@ def test_backend_changes_under_running_copies_do_not_crash(fake_driver):
         def swapper():
             n = 0
             while time.time() < stop:
-                _driver._set_backend(other if n % 2 == 0 else F.cupy)
+                _driver._use_backend(other if n % 2 == 0 else F.cupy)
                 n += 1
 
         threads = [threading.Thread(target=f) for f in (copier, copier, swapper)]
@@ -194,3 +182,20 @@ def test_backend_changes_under_running_copies_do_not_crash(fake_driver):
         print("survived")
     """)
     assert "survived" in out
+
+
+def test_small_scattered_pieces_go_through_the_copy_kernel(fake_driver):
+    # separately allocated small tensors: packed into the scratch area and scattered by the
+    # kernel (up), gathered by it (down), each in stream order behind slow copies
+    out = _run(fake_driver, """
+        F.knob("fake_delay_max_us").value = 300
+        rng = np.random.default_rng(0)
+        arrays = [rng.integers(0, 1 << 30, 100 + 7 * i, dtype=np.int32) for i in range(50)]
+        outs = [etptr.empty([a.size], etptr.ScalarType.Int, device="cuda") for a in arrays]
+        etptr.h2d_copy([etptr.make_tensor_ptr(a) for a in arrays], outs)
+        back = etptr.clone_tensor_ptrs_to(outs, "cpu")
+        assert all(np.array_equal(a, b.numpy()) for a, b in zip(arrays, back))
+        print("launches", F.knob("fake_launches").value, "bad", F.knob("fake_bad_device").value)
+    """)
+    counts = dict(zip(out.split()[::2], map(int, out.split()[1::2])))
+    assert counts["launches"] >= 2 and counts["bad"] == 0, out

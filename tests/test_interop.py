@@ -6,6 +6,7 @@ unknown type codes, DLPack 2.x) come from a ctypes-built producer.
 """
 import gc
 import sys
+import textwrap
 import types
 import weakref
 
@@ -693,71 +694,105 @@ def test_cai_zero_size_null_pointer():
     assert t.data_ptr == 0 and t.sizes == (0, 3)
 
 
-class _Attrs:
-    def __init__(self, type, device):
-        self.type, self.device = type, device
+@pytest.fixture(scope="module")
+def fake_driver(tmp_path_factory):
+    """tests/fakecuda.c built (a stand-in for libcuda), or skip without a C compiler."""
+    import _fake_libcuda
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the fake driver is a Linux shared library")
+    path = _fake_libcuda.build(str(tmp_path_factory.mktemp("fakecuda")))
+    if path is None:
+        pytest.skip("no C compiler to build the fake libcuda")
+    return path
 
 
-@pytest.fixture
-def fake_cupy():
-    """etptr's CUDA layer over a host-memory stand-in for CuPy whose runtime records the
-    queries etptr makes of it (``table``: address -> what pointerGetAttributes answers)."""
-    from etptr.cuda import _driver
-    from _helpers import load_fakecupy
-    calls = []
-    table = {}
-    cupy = load_fakecupy().make(ndev=3)
-    rt = cupy.cuda.runtime
+def _run_fake_cupy(path, body):
+    """Run ``body`` in a process of its own, with etptr's CUDA layer over a host-memory
+    stand-in for CuPy (over the stand-in libcuda at ``path``) whose runtime records the
+    queries etptr makes of it: ``table`` (address -> what pointerGetAttributes answers),
+    ``calls()`` (what etptr asked of the runtime and the driver's synchronisations, in
+    order) and ``CAI`` at hand."""
+    import _fake_libcuda
+    _fake_libcuda.run(path, textwrap.dedent("""
+        from etptr.cuda import _driver
 
-    def pointerGetAttributes(ptr):
-        calls.append(("pointerGetAttributes", ptr))
-        if ptr not in table:
-            raise rt.CUDARuntimeError(1, "cudaErrorInvalidValue")
-        return table[ptr]
+        class CAI:
+            def __init__(self, buf, **fields):
+                self.buf = buf
+                self.__cuda_array_interface__ = dict(
+                    shape=buf.shape, typestr=buf.dtype.str, data=(buf.ctypes.data, False),
+                    strides=None, version=3)
+                self.__cuda_array_interface__.update(fields)
 
-    def getDevice():
-        calls.append(("getDevice",))
-        return 2
+        class Attrs:
+            def __init__(self, type, device):
+                self.type, self.device = type, device
 
-    def streamSynchronize(s):
-        calls.append(("streamSynchronize", s))
+        table = {}
+        asked = []                  # the runtime's calls; each is a mark in the driver's log
+        cupy = F.make_cupy(ndev=3)
+        rt = cupy.cuda.runtime
 
-    rt.pointerGetAttributes = pointerGetAttributes
-    rt.getDevice = getDevice
-    rt.streamSynchronize = streamSynchronize
-    _driver._set_backend(cupy)
-    yield calls, table
-    _driver._set_backend(None)
+        def pointerGetAttributes(ptr):
+            asked.append(("pointerGetAttributes", ptr))
+            F.mark()
+            if ptr not in table:
+                raise rt.CUDARuntimeError(1, "cudaErrorInvalidValue")
+            return table[ptr]
+
+        def getDevice():
+            asked.append(("getDevice",))
+            F.mark()
+            return 2
+
+        def calls():
+            python = iter(asked)
+            return [next(python) if c.what == "mark" else ("streamSynchronize", c.stream)
+                    for c in F.calls if c.what in ("mark", "stream_sync")]
+
+        rt.pointerGetAttributes = pointerGetAttributes
+        rt.getDevice = getDevice
+        _driver._use_backend(cupy)
+        F.log()
+    """) + textwrap.dedent(body))
 
 
-def test_cai_device_asked_of_the_runtime(fake_cupy):
-    calls, table = fake_cupy
-    buf = np.zeros(4, dtype=np.float32)
-    table[buf.ctypes.data] = _Attrs(2, 3)                 # device memory on GPU 3
-    t = etptr.from_cuda_array_interface(CAI(buf, stream=7))
-    assert t.device == etptr.Device("cuda:3")
-    assert calls == [("pointerGetAttributes", buf.ctypes.data), ("streamSynchronize", 7)]
-    table[buf.ctypes.data] = _Attrs(3, 1)                 # managed
-    assert etptr.from_cuda_array_interface(CAI(buf)).device == etptr.Device("cuda:1")
-    table[buf.ctypes.data] = _Attrs(1, 0)                 # page-locked host memory
-    assert etptr.from_cuda_array_interface(CAI(buf)).device == etptr.Device("cpu")
-    table[buf.ctypes.data] = _Attrs(0, -2)                # unregistered host memory
-    with pytest.raises(etptr.InvalidArgumentError, match="not CUDA memory"):
-        etptr.from_cuda_array_interface(CAI(buf))
-    del table[buf.ctypes.data]
-    with pytest.raises(etptr.InvalidArgumentError, match="does not know"):
-        etptr.from_cuda_array_interface(CAI(buf))
+def test_cai_device_asked_of_the_runtime(fake_driver):
+    _run_fake_cupy(fake_driver, """
+        buf = np.zeros(4, dtype=np.float32)
+        table[buf.ctypes.data] = Attrs(2, 3)                 # device memory on GPU 3
+        t = etptr.from_cuda_array_interface(CAI(buf, stream=7))
+        assert t.device == etptr.Device("cuda:3")
+        assert calls() == [("pointerGetAttributes", buf.ctypes.data), ("streamSynchronize", 7)]
+        table[buf.ctypes.data] = Attrs(3, 1)                 # managed
+        assert etptr.from_cuda_array_interface(CAI(buf)).device == etptr.Device("cuda:1")
+        table[buf.ctypes.data] = Attrs(1, 0)                 # page-locked host memory
+        assert etptr.from_cuda_array_interface(CAI(buf)).device == etptr.Device("cpu")
+        table[buf.ctypes.data] = Attrs(0, -2)                # unregistered host memory
+        try:
+            etptr.from_cuda_array_interface(CAI(buf))
+            raise AssertionError("no error")
+        except etptr.InvalidArgumentError as exc:
+            assert "not CUDA memory" in str(exc), exc
+        del table[buf.ctypes.data]
+        try:
+            etptr.from_cuda_array_interface(CAI(buf))
+            raise AssertionError("no error")
+        except etptr.InvalidArgumentError as exc:
+            assert "does not know" in str(exc), exc
+    """)
 
 
-def test_cai_null_pointer_uses_current_device(fake_cupy):
-    calls, _ = fake_cupy
-    t = etptr.from_cuda_array_interface(CAI(np.zeros(0), data=(0, False)))
-    assert t.device == etptr.Device("cuda:2") and calls == [("getDevice",)]
+def test_cai_null_pointer_uses_current_device(fake_driver):
+    _run_fake_cupy(fake_driver, """
+        t = etptr.from_cuda_array_interface(CAI(np.zeros(0), data=(0, False)))
+        assert t.device == etptr.Device("cuda:2") and calls() == [("getDevice",)]
+    """)
 
 
 def test_cai_without_cupy_needs_device(monkeypatch):
     from etptr.cuda import _driver
-    _driver._set_backend(None)
+    _driver._use_backend(None)
     monkeypatch.setitem(sys.modules, "cupy", None)      # import cupy -> ImportError
     with pytest.raises(etptr.NotSupportedError, match="device="):
         etptr.from_cuda_array_interface(CAI(np.zeros(2)))

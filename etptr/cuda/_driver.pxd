@@ -22,8 +22,8 @@ ctypedef int (*f_launch)(void* fn, unsigned int gx, unsigned int gy, unsigned in
 
 cdef struct Api:
     # The CUDA calls made per copy or per chunk, without the GIL: libcuda's own
-    # functions, or shims over CuPy's Python API (a stand-in for CuPy, or a libcuda
-    # without the symbol). ``launch`` is NULL where kernels cannot be launched.
+    # functions, or where libcuda cannot be used (not loaded, or without a function the
+    # table needs) stubs that return NO_DRIVER.
     f_ctx_get ctx_get               # cuCtxGetCurrent
     f_ctx_set ctx_set               # cuCtxSetCurrent
     f_ctx_device ctx_device         # cuCtxGetDevice
@@ -40,7 +40,7 @@ cdef struct Api:
     f_launch launch                 # cuLaunchKernel
     f_write32 write32               # cuStreamWriteValue32
     f_write64 write64               # cuStreamWriteValue64
-    bint driver                     # True: libcuda's functions; False: the shims
+    bint driver                     # True: libcuda's functions; False: the stubs
     # Whether launch / write32 / write64 are libcuda's. Where they are not they return
     # NOT_SUPPORTED (never NULL: a copy that read the flags just before the backend
     # changed still calls something that answers).
@@ -52,7 +52,7 @@ cdef struct Api:
 cdef enum:
     NOT_READY = 600                  # CUDA_ERROR_NOT_READY (and cudaErrorNotReady)
     NOT_SUPPORTED = 801              # CUDA_ERROR_NOT_SUPPORTED
-    SHIM_FAILED = 999                # a shim's Python call raised (the exception is kept)
+    NO_DRIVER = 1000                 # not a CUresult: the table's stubs (no libcuda)
     ATTR_MEMORY_TYPE = 2             # CU_POINTER_ATTRIBUTE_MEMORY_TYPE
     ATTR_RANGE_START = 11            # CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
     ATTR_RANGE_SIZE = 12             # CU_POINTER_ATTRIBUTE_RANGE_SIZE
@@ -79,7 +79,7 @@ cdef int c_device_count() except -1
 cdef int c_resolve_device(object index, str argname) except -2
 cdef int c_cuda_failed(int rc, str what) except -1
 cdef int c_check(int rc, str what) except -1
-cdef int c_pointer_attr(void* out, int attr, uintptr_t address) except? -1
+cdef int c_pointer_attr(void* out, int attr, uintptr_t address) noexcept nogil
 cdef bint c_is_page_locked(uintptr_t address) except -1
 cdef uintptr_t c_range_start(uintptr_t address) except? 0
 cdef int c_check_device_range(uintptr_t address, int64_t nbytes, str argname) except -1

@@ -2,13 +2,13 @@
 streams and events, page-locked memory, CuPy (imported lazily) and fork state.
 
 This is the only module that knows how CUDA is reached. The calls made per copy
-or per chunk go through :data:`api`, a table of C function pointers: with CuPy
-installed they are the CUDA driver API's own functions, looked up in the
-libcuda that CuPy's runtime loaded (``dlopen``/``dlsym``), called without the
-GIL. With a stand-in for CuPy (the tests' host-memory fake), or where libcuda
-lacks a symbol, they are shims that take the GIL and call :class:`_PythonDriver`,
-which does the same through the module's Python API. Rare calls (pinning
-memory, creating streams and events) always go through CuPy.
+or per chunk go through :data:`api`, a table of C function pointers to the CUDA
+driver API's own functions, looked up in the libcuda that CuPy's runtime loaded
+(``dlopen``/``dlsym``) and called without the GIL. Where libcuda cannot be
+loaded or lacks a function the table needs (or before CuPy is loaded), every
+entry is a stub that returns an error, and a copy raises NotSupportedError
+saying why. Rare calls (pinning memory, creating streams and events) go through
+CuPy's runtime.
 
 Every device-side call runs with its device's primary context current, and the
 caller's context is restored afterwards: no context is created on a device the
@@ -31,7 +31,6 @@ from posix.unistd cimport getpid
 import importlib
 import os
 import sys
-import threading
 
 from etptr._core._args cimport c_int_arg, c_type_name
 from etptr._core._error cimport raise_error
@@ -103,7 +102,7 @@ cdef void c_keep_forever(object obj) noexcept:
 
 # ------------------------------------------------------------------ CuPy, lazily
 
-cdef object _cp = None      # the cupy module (or a stand-in set by _set_backend)
+cdef object _cp = None      # the cupy module (or a stand-in set by _use_backend)
 cdef object _rt = None      # its cuda.runtime
 cdef tuple _stream_types = ()   # its stream classes, whose handle is their ``ptr``
 cdef object _CudaError = None
@@ -118,7 +117,7 @@ cdef object c_runtime():
         except ImportError as exc:
             raise_error(Error.NotSupported,
                         f"CUDA copies need CuPy (pip install cupy-cuda12x or cupy-cuda13x): {exc}")
-        _set_backend(cupy)
+        _use_backend(cupy)
     return _rt
 
 
@@ -134,21 +133,22 @@ def _cupy():
     return c_cupy()
 
 
-def _set_backend(module):
-    """Use ``module`` as CuPy (None: import CuPy again on next use). For tests.
+def _use_backend(module):
+    """Use ``module`` as CuPy: CuPy itself, or a stand-in for it in tests (None: import
+    CuPy again on next use). The table then points at the functions of the libcuda this
+    process loads (the stubs where it cannot).
 
     Every module holding CUDA objects of the previous backend is told to forget them
     (the callbacks of :func:`_on_backend_change`)."""
-    global _cp, _rt, _CudaError, _driver_why, _ndev, _py, _stream_types
+    global _cp, _rt, _CudaError, _ndev, _stream_types
     _ndev = -1
     _stream_types = ()
     _forget_contexts()
     for callback in _backend_callbacks:
         callback()
+    _use_stubs("CuPy not loaded yet")
     if module is None:
-        _cp = _rt = _CudaError = _py = None
-        _use_shims()
-        _driver_why = "CuPy not loaded yet"
+        _cp = _rt = _CudaError = None
         return
     _note_init()      # getDeviceCount below initialises the driver
     _cp = module
@@ -157,16 +157,11 @@ def _set_backend(module):
                                       getattr(module.cuda, "ExternalStream", None))
                           if isinstance(t, type))
     _CudaError = module.cuda.runtime.CUDARuntimeError
-    _py = _PythonDriver(module)
     try:
         _rt.getDeviceCount()      # initialises the driver (no context) before any driver call
     except Exception:
         pass
-    _use_shims()
-    if getattr(module, "is_fake", False):
-        _driver_why = "a stand-in for CuPy"
-    else:
-        _load_driver()
+    _load_driver()
 
 
 _backend_callbacks = []
@@ -194,7 +189,7 @@ cdef int c_forget_on_change(dict objects) except -1:
 # ------------------------------------------------------------------ the driver table
 
 cdef Api api
-cdef str _driver_why = "CuPy not loaded yet"   # why the shims are in use
+cdef str _driver_why = "CuPy not loaded yet"   # why the table holds the stubs
 cdef void* _primary_ctx[_MAX_DEVICES]          # each device's primary context, once retained
 
 ctypedef int (*_f_device_get)(int* device, int ordinal) noexcept nogil
@@ -218,17 +213,56 @@ cdef int _real_primary(void** ctx, int ordinal) noexcept nogil:
     return _cuDevicePrimaryCtxRetain(ctx, device)
 
 
-# libcuda's functions the table uses, in the order _load_driver stores them; the ones
-# after _REQUIRED may be missing (older drivers): their features are then off.
-_DRIVER_SYMBOLS = (b"cuCtxGetCurrent", b"cuCtxSetCurrent", b"cuCtxGetDevice", b"cuDeviceGet",
-                   b"cuDevicePrimaryCtxRetain", b"cuMemcpyHtoDAsync_v2", b"cuMemcpyDtoHAsync_v2",
-                   b"cuMemcpyDtoDAsync_v2", b"cuStreamSynchronize", b"cuEventRecord",
-                   b"cuEventSynchronize", b"cuEventQuery", b"cuStreamWaitEvent",
-                   b"cuPointerGetAttribute", b"cuGetErrorName", b"cuLaunchKernel",
-                   b"cuModuleLoadData", b"cuModuleGetFunction", b"cuPointerGetAttributes",
-                   b"cuStreamWriteValue32_v2", b"cuStreamWriteValue64_v2")
-cdef int _REQUIRED = 15
-cdef void* _sym[21]
+# libcuda's functions the table uses: _sym[SYM_...] once _load_driver found them. Those
+# from SYM_LAUNCH on may be missing (older drivers): their features are then off.
+cdef enum:
+    SYM_CTX_GET
+    SYM_CTX_SET
+    SYM_CTX_DEVICE
+    SYM_DEVICE_GET
+    SYM_PRIMARY_RETAIN
+    SYM_HTOD
+    SYM_DTOH
+    SYM_DTOD
+    SYM_STREAM_SYNC
+    SYM_EVENT_RECORD
+    SYM_EVENT_SYNC
+    SYM_EVENT_QUERY
+    SYM_STREAM_WAIT_EVENT
+    SYM_POINTER_ATTR
+    SYM_ERROR_NAME
+    SYM_LAUNCH                    # the first optional one
+    SYM_MODULE_LOAD
+    SYM_MODULE_FUNCTION
+    SYM_POINTER_ATTRS
+    SYM_WRITE32
+    SYM_WRITE64
+    SYM_COUNT
+
+_SYMBOL_NAMES = {
+    SYM_CTX_GET: b"cuCtxGetCurrent",
+    SYM_CTX_SET: b"cuCtxSetCurrent",
+    SYM_CTX_DEVICE: b"cuCtxGetDevice",
+    SYM_DEVICE_GET: b"cuDeviceGet",
+    SYM_PRIMARY_RETAIN: b"cuDevicePrimaryCtxRetain",
+    SYM_HTOD: b"cuMemcpyHtoDAsync_v2",
+    SYM_DTOH: b"cuMemcpyDtoHAsync_v2",
+    SYM_DTOD: b"cuMemcpyDtoDAsync_v2",
+    SYM_STREAM_SYNC: b"cuStreamSynchronize",
+    SYM_EVENT_RECORD: b"cuEventRecord",
+    SYM_EVENT_SYNC: b"cuEventSynchronize",
+    SYM_EVENT_QUERY: b"cuEventQuery",
+    SYM_STREAM_WAIT_EVENT: b"cuStreamWaitEvent",
+    SYM_POINTER_ATTR: b"cuPointerGetAttribute",
+    SYM_ERROR_NAME: b"cuGetErrorName",
+    SYM_LAUNCH: b"cuLaunchKernel",
+    SYM_MODULE_LOAD: b"cuModuleLoadData",
+    SYM_MODULE_FUNCTION: b"cuModuleGetFunction",
+    SYM_POINTER_ATTRS: b"cuPointerGetAttributes",
+    SYM_WRITE32: b"cuStreamWriteValue32_v2",
+    SYM_WRITE64: b"cuStreamWriteValue64_v2",
+}
+cdef void* _sym[SYM_COUNT]
 
 ctypedef int (*_f_attrs)(unsigned int n, int* attrs, void** data,
                          unsigned long long ptr) noexcept nogil
@@ -236,65 +270,69 @@ cdef _f_attrs _cuPointerGetAttributes = NULL
 
 
 cdef bint _load_driver():
-    """Point the table at libcuda's functions; False (shims stay) when one is missing."""
+    """Point the table at libcuda's functions; False (the stubs stay, ``_driver_why``
+    says why) when libcuda cannot be loaded or lacks a function it needs."""
     global _cuDeviceGet, _cuDevicePrimaryCtxRetain, _cuGetErrorName, _driver_why
     global _cuPointerGetAttributes
     cdef void* lib = dlopen(b"libcuda.so.1", RTLD_NOW | RTLD_LOCAL)
-    cdef const char* err
+    cdef const char* err = NULL
+    cdef str why = ""
     cdef bytes name
     cdef int i
     if lib == NULL:
+        err = dlerror()          # the first failure's reason, before the next dlopen
+        why = err.decode(errors="replace") if err != NULL else "?"
         lib = dlopen(b"libcuda.so", RTLD_NOW | RTLD_LOCAL)
     if lib == NULL:
-        err = dlerror()
-        _driver_why = f"dlopen(libcuda.so.1): {err.decode() if err != NULL else '?'}"
+        _driver_why = f"dlopen(libcuda.so.1): {why}"
         return False
-    for i, name in enumerate(_DRIVER_SYMBOLS):
+    for i in range(SYM_COUNT):
+        name = _SYMBOL_NAMES[i]
         _sym[i] = dlsym(lib, name)
-        if _sym[i] == NULL and i < _REQUIRED:
+        if _sym[i] == NULL and i < SYM_LAUNCH:
             _driver_why = f"libcuda has no {name.decode()}"
             return False
-    api.ctx_get = <f_ctx_get>_sym[0]
-    api.ctx_set = <f_ctx_set>_sym[1]
-    api.ctx_device = <f_ctx_device>_sym[2]
-    _cuDeviceGet = <_f_device_get>_sym[3]
-    _cuDevicePrimaryCtxRetain = <f_primary>_sym[4]
+    api.ctx_get = <f_ctx_get>_sym[SYM_CTX_GET]
+    api.ctx_set = <f_ctx_set>_sym[SYM_CTX_SET]
+    api.ctx_device = <f_ctx_device>_sym[SYM_CTX_DEVICE]
+    _cuDeviceGet = <_f_device_get>_sym[SYM_DEVICE_GET]
+    _cuDevicePrimaryCtxRetain = <f_primary>_sym[SYM_PRIMARY_RETAIN]
     api.primary = _real_primary
-    api.htod = <f_htod>_sym[5]
-    api.dtoh = <f_dtoh>_sym[6]
-    api.dtod = <f_dtod>_sym[7]
-    api.stream_sync = <f_handle>_sym[8]
-    api.event_record = <f_record>_sym[9]
-    api.event_sync = <f_handle>_sym[10]
-    api.event_query = <f_handle>_sym[11]
-    api.stream_wait_event = <f_wait>_sym[12]
-    api.pointer_attr = <f_attr>_sym[13]
-    _cuGetErrorName = <_f_name>_sym[14]
-    _cuPointerGetAttributes = <_f_attrs>_sym[18]
-    api.has_launch = _sym[15] != NULL
-    api.has_writes = _sym[19] != NULL
-    api.has_write64 = _sym[20] != NULL
+    api.htod = <f_htod>_sym[SYM_HTOD]
+    api.dtoh = <f_dtoh>_sym[SYM_DTOH]
+    api.dtod = <f_dtod>_sym[SYM_DTOD]
+    api.stream_sync = <f_handle>_sym[SYM_STREAM_SYNC]
+    api.event_record = <f_record>_sym[SYM_EVENT_RECORD]
+    api.event_sync = <f_handle>_sym[SYM_EVENT_SYNC]
+    api.event_query = <f_handle>_sym[SYM_EVENT_QUERY]
+    api.stream_wait_event = <f_wait>_sym[SYM_STREAM_WAIT_EVENT]
+    api.pointer_attr = <f_attr>_sym[SYM_POINTER_ATTR]
+    _cuGetErrorName = <_f_name>_sym[SYM_ERROR_NAME]
+    _cuPointerGetAttributes = <_f_attrs>_sym[SYM_POINTER_ATTRS]
+    api.has_launch = _sym[SYM_LAUNCH] != NULL
+    api.has_writes = _sym[SYM_WRITE32] != NULL
+    api.has_write64 = _sym[SYM_WRITE64] != NULL
     if api.has_launch:
-        api.launch = <f_launch>_sym[15]
+        api.launch = <f_launch>_sym[SYM_LAUNCH]
     if api.has_writes:
-        api.write32 = <f_write32>_sym[19]
+        api.write32 = <f_write32>_sym[SYM_WRITE32]
     if api.has_write64:
-        api.write64 = <f_write64>_sym[20]
+        api.write64 = <f_write64>_sym[SYM_WRITE64]
     api.driver = True
     _driver_why = ""
     return True
 
 
 def _driver_calls():
-    """'libcuda' when copies call the CUDA driver directly, else 'python (why)': CuPy's API.
+    """'libcuda' when copies call the CUDA driver, else 'unavailable (why)'.
 
-    Loads CuPy first when it is importable (the choice is made then)."""
+    Loads CuPy first when it is importable (the driver is looked for then)."""
     if _cp is None:
         try:
             _cupy()
         except EtError:
             pass
-    return "libcuda" if api.driver else f"python ({_driver_why})"
+    return "libcuda" if api.driver else f"unavailable ({_driver_why})"
 
 
 ctypedef int (*_f_load)(void** module, const void* image) noexcept nogil
@@ -306,193 +344,68 @@ cdef void* c_module_function(bytes image, bytes name) except NULL:
     the current context; NotSupportedError where libcuda cannot load modules."""
     cdef void* module = NULL
     cdef void* fn = NULL
-    if not api.driver or _sym[16] == NULL or _sym[17] == NULL or not api.has_launch:
-        raise_error(Error.NotSupported, f"loading CUDA kernels needs libcuda ({_driver_why})")
-    c_check((<_f_load>_sym[16])(&module, <const char*>image), "cuModuleLoadData")
-    c_check((<_f_get>_sym[17])(&fn, module, <const char*>name), "cuModuleGetFunction")
+    if not api.driver or _sym[SYM_MODULE_LOAD] == NULL or _sym[SYM_MODULE_FUNCTION] == NULL \
+            or not api.has_launch:
+        raise_error(Error.NotSupported, f"loading CUDA kernels needs libcuda "
+                                        f"({_driver_why or 'it cannot launch kernels'})")
+    c_check((<_f_load>_sym[SYM_MODULE_LOAD])(&module, <const char*>image), "cuModuleLoadData")
+    c_check((<_f_get>_sym[SYM_MODULE_FUNCTION])(&fn, module, <const char*>name),
+            "cuModuleGetFunction")
     return fn
 
 
-# ------------------------------------------------------------------ the shims
+# ------------------------------------------------------------------ the stubs
 
-_shim_errors = threading.local()          # the exception a shim caught, per thread
-cdef object _py = None                    # the _PythonDriver in use
+# What the table holds where libcuda cannot be used: functions that return NO_DRIVER
+# (c_cuda_failed turns it into NotSupportedError saying why), and for the optional
+# ones NOT_SUPPORTED. Never NULL: a copy that read the table just before the backend
+# changed still calls something that answers.
 
-
-class _PythonDriver:
-    """The table's calls through a CuPy-like module's Python API (for the shims).
-
-    Each method returns the call's result; an exception is the call's failure. Memory
-    CUDA does not know makes :meth:`pointer_attr` return None (CUDA_ERROR_INVALID_VALUE)."""
-
-    def __init__(self, module):
-        self.rt = module.cuda.runtime
-        self.drv = module.cuda.driver
-
-    def ctx_get(self):
-        return self.drv.ctxGetCurrent()
-
-    def ctx_set(self, ctx):
-        self.drv.ctxSetCurrent(ctx)
-
-    def ctx_device(self):
-        return self.rt.getDevice()
-
-    def primary(self, dev):
-        prev = self.drv.ctxGetCurrent()
-        self.rt.setDevice(dev)
-        ctx = self.drv.ctxGetCurrent()
-        self.drv.ctxSetCurrent(prev)
-        return ctx
-
-    def htod(self, dst, src, n, stream):
-        self.rt.memcpyAsync(dst, src, n, _H2D, stream)
-
-    def dtoh(self, dst, src, n, stream):
-        self.rt.memcpyAsync(dst, src, n, _D2H, stream)
-
-    def dtod(self, dst, src, n, stream):
-        self.rt.memcpyAsync(dst, src, n, _D2D, stream)
-
-    def stream_sync(self, stream):
-        self.rt.streamSynchronize(stream)
-
-    def event_record(self, event, stream):
-        self.rt.eventRecord(event, stream)
-
-    def event_sync(self, event):
-        self.rt.eventSynchronize(event)
-
-    def event_query(self, event):
-        return self.rt.eventQuery(event)
-
-    def stream_wait_event(self, stream, event, flags):
-        self.rt.streamWaitEvent(stream, event, flags)
-
-    def pointer_attr(self, attr, ptr):
-        # the memory type: 1 host (page-locked), 2 device; a range's start and size only
-        # when the stand-in offers pointerGetRange(ptr) -> (start, size) (CuPy's Python
-        # API has no such call: callers then skip what needs it)
-        if attr == ATTR_RANGE_START or attr == ATTR_RANGE_SIZE:
-            get_range = getattr(self.rt, "pointerGetRange", None)
-            if get_range is None:
-                return None
-            start, size = get_range(ptr)
-            return start if attr == ATTR_RANGE_START else size
-        if attr != ATTR_MEMORY_TYPE:
-            return None
-        kind = self.rt.pointerGetAttributes(ptr).type
-        return kind if kind == 1 or kind == 2 else None
+cdef int _stub_ctx_get(void** ctx) noexcept nogil:
+    ctx[0] = NULL
+    return NO_DRIVER
 
 
-cdef int _shim_failed(BaseException exc) noexcept:
-    # Kept without its traceback: the traceback's frames would keep the caller's locals
-    # (tensors, device memory) alive for as long as the exception is kept.
-    _shim_errors.exc = exc.with_traceback(None)
-    return SHIM_FAILED
+cdef int _stub_ctx_set(void* ctx) noexcept nogil:
+    return NO_DRIVER
 
 
-cdef int _shim(str name, tuple args, intptr_t* out) noexcept:
-    """``_py.name(*args)`` (the GIL held), its result into ``out`` when given: 0; 1 when
-    the result is None and a value was wanted; SHIM_FAILED with the exception kept."""
-    try:
-        result = getattr(_py, name)(*args)
-        if out != NULL:
-            if result is None:
-                return 1
-            out[0] = result
-        return 0
-    except BaseException as exc:
-        return _shim_failed(exc)
+cdef int _stub_ctx_device(int* dev) noexcept nogil:
+    return NO_DRIVER
 
 
-cdef int _shim_ctx_get(void** ctx) noexcept nogil:
-    cdef intptr_t v = 0
-    cdef int rc
-    with gil:
-        rc = _shim("ctx_get", (), &v)
-    ctx[0] = <void*>v
-    return rc
+cdef int _stub_primary(void** ctx, int dev) noexcept nogil:
+    ctx[0] = NULL
+    return NO_DRIVER
 
 
-cdef int _shim_ctx_set(void* ctx) noexcept nogil:
-    with gil:
-        return _shim("ctx_set", (<intptr_t>ctx,), NULL)
+cdef int _stub_htod(unsigned long long dst, const void* src, size_t n, void* s) noexcept nogil:
+    return NO_DRIVER
 
 
-cdef int _shim_ctx_device(int* dev) noexcept nogil:
-    cdef intptr_t v = 0
-    cdef int rc
-    with gil:
-        rc = _shim("ctx_device", (), &v)
-    dev[0] = <int>v
-    return rc
+cdef int _stub_dtoh(void* dst, unsigned long long src, size_t n, void* s) noexcept nogil:
+    return NO_DRIVER
 
 
-cdef int _shim_primary(void** ctx, int dev) noexcept nogil:
-    cdef intptr_t v = 0
-    cdef int rc
-    with gil:
-        rc = _shim("primary", (dev,), &v)
-    ctx[0] = <void*>v
-    return rc
-
-
-cdef int _shim_htod(unsigned long long dst, const void* src, size_t n, void* s) noexcept nogil:
-    with gil:
-        return _shim("htod", (dst, <uintptr_t>src, n, <intptr_t>s), NULL)
-
-
-cdef int _shim_dtoh(void* dst, unsigned long long src, size_t n, void* s) noexcept nogil:
-    with gil:
-        return _shim("dtoh", (<uintptr_t>dst, src, n, <intptr_t>s), NULL)
-
-
-cdef int _shim_dtod(unsigned long long dst, unsigned long long src, size_t n,
+cdef int _stub_dtod(unsigned long long dst, unsigned long long src, size_t n,
                     void* s) noexcept nogil:
-    with gil:
-        return _shim("dtod", (dst, src, n, <intptr_t>s), NULL)
+    return NO_DRIVER
 
 
-cdef int _shim_stream_sync(void* s) noexcept nogil:
-    with gil:
-        return _shim("stream_sync", (<intptr_t>s,), NULL)
+cdef int _stub_handle(void* h) noexcept nogil:
+    return NO_DRIVER
 
 
-cdef int _shim_event_record(void* e, void* s) noexcept nogil:
-    with gil:
-        return _shim("event_record", (<intptr_t>e, <intptr_t>s), NULL)
+cdef int _stub_record(void* e, void* s) noexcept nogil:
+    return NO_DRIVER
 
 
-cdef int _shim_event_sync(void* e) noexcept nogil:
-    with gil:
-        return _shim("event_sync", (<intptr_t>e,), NULL)
+cdef int _stub_wait(void* s, void* e, unsigned int flags) noexcept nogil:
+    return NO_DRIVER
 
 
-cdef int _shim_event_query(void* e) noexcept nogil:
-    cdef intptr_t v = 0
-    cdef int rc
-    with gil:
-        rc = _shim("event_query", (<intptr_t>e,), &v)
-    return <int>v if rc == 0 else rc
-
-
-cdef int _shim_stream_wait_event(void* s, void* e, unsigned int flags) noexcept nogil:
-    with gil:
-        return _shim("stream_wait_event", (<intptr_t>s, <intptr_t>e, flags), NULL)
-
-
-cdef int _shim_pointer_attr(void* out, int attr, unsigned long long ptr) noexcept nogil:
-    cdef intptr_t v = 0
-    cdef int rc
-    with gil:
-        rc = _shim("pointer_attr", (attr, ptr), &v)
-    if rc == 0:
-        if attr == ATTR_MEMORY_TYPE:
-            (<unsigned int*>out)[0] = <unsigned int>v
-        else:
-            (<unsigned long long*>out)[0] = <unsigned long long>v
-    return rc
+cdef int _stub_attr(void* out, int attr, unsigned long long ptr) noexcept nogil:
+    return NO_DRIVER
 
 
 cdef int _no_launch(void* fn, unsigned int gx, unsigned int gy, unsigned int gz,
@@ -511,20 +424,23 @@ cdef int _no_write64(void* s, unsigned long long addr, unsigned long long value,
     return NOT_SUPPORTED
 
 
-cdef void _use_shims() noexcept:
-    api.ctx_get = _shim_ctx_get
-    api.ctx_set = _shim_ctx_set
-    api.ctx_device = _shim_ctx_device
-    api.primary = _shim_primary
-    api.htod = _shim_htod
-    api.dtoh = _shim_dtoh
-    api.dtod = _shim_dtod
-    api.stream_sync = _shim_stream_sync
-    api.event_record = _shim_event_record
-    api.event_sync = _shim_event_sync
-    api.event_query = _shim_event_query
-    api.stream_wait_event = _shim_stream_wait_event
-    api.pointer_attr = _shim_pointer_attr
+cdef void _use_stubs(str why) noexcept:
+    """Point every entry of the table at its stub; ``why``: what a failed call says."""
+    global _driver_why
+    _driver_why = why
+    api.ctx_get = _stub_ctx_get
+    api.ctx_set = _stub_ctx_set
+    api.ctx_device = _stub_ctx_device
+    api.primary = _stub_primary
+    api.htod = _stub_htod
+    api.dtoh = _stub_dtoh
+    api.dtod = _stub_dtod
+    api.stream_sync = _stub_handle
+    api.event_record = _stub_record
+    api.event_sync = _stub_handle
+    api.event_query = _stub_handle
+    api.stream_wait_event = _stub_wait
+    api.pointer_attr = _stub_attr
     api.has_launch = api.has_writes = api.has_write64 = False
     api.launch = _no_launch
     api.write32 = _no_write32
@@ -532,34 +448,26 @@ cdef void _use_shims() noexcept:
     api.driver = False
 
 
-_use_shims()
+_use_stubs("CuPy not loaded yet")
 
 
 # ------------------------------------------------------------------ errors
 
 cdef str _cu_message(int rc):
-    """What failed, for an error message: the shim's exception or the driver's error name."""
+    """What failed, for an error message: the driver's name for ``rc``."""
     cdef const char* name = NULL
-    if rc == SHIM_FAILED:
-        exc = getattr(_shim_errors, "exc", None)
-        if exc is not None:
-            return str(exc)
     if api.driver and _cuGetErrorName != NULL and _cuGetErrorName(rc, &name) == 0 and name != NULL:
         return f"{name.decode('ascii', 'replace')} ({rc})"
     return f"CUDA error {rc}"
 
 
 cdef int c_cuda_failed(int rc, str what) except -1:
-    """Raise EtError(Error.Internal) for the failed call ``what`` (chained to a shim's
-    exception; a KeyboardInterrupt caught in a shim is raised as itself)."""
-    cdef object cause = None
-    if rc == SHIM_FAILED:
-        cause = getattr(_shim_errors, "exc", None)
-        _shim_errors.exc = None
-    msg = f"{what} failed: {_cu_message(rc) if cause is None else cause}"
-    if cause is not None and not isinstance(cause, Exception):
-        raise cause
-    raise EtError(msg, Error.Internal) from cause
+    """Raise for the failed call ``what``: NotSupportedError where the table holds the
+    stubs (saying why libcuda is not used), else EtError(Error.Internal)."""
+    if rc == NO_DRIVER:
+        raise_error(Error.NotSupported,
+                    f"{what} failed: CUDA copies need libcuda: {_driver_why}")
+    raise EtError(f"{what} failed: {_cu_message(rc)}", Error.Internal)
 
 
 cdef int c_check(int rc, str what) except -1:
@@ -600,9 +508,12 @@ cdef int c_enter_device(int dev, DeviceGuard* guard) except -1:
 
 
 cdef int c_exit_device(DeviceGuard* guard) except -1:
+    """Restore the context :func:`c_enter_device` found; nothing in a child forked since
+    (a thread that forks mid-copy exits its device there, and makes no CUDA call)."""
     if guard.switched:
         guard.switched = False
-        c_check(api.ctx_set(guard.prev), "restoring the caller's CUDA context")
+        if not _forked_after_init:
+            c_check(api.ctx_set(guard.prev), "restoring the caller's CUDA context")
     return 0
 
 
@@ -655,20 +566,13 @@ def _resolve_device(index, argname="device"):
 
 # ------------------------------------------------------------------ pointers
 
-cdef int c_pointer_attr(void* out, int attr, uintptr_t address) except? -1:
+cdef int c_pointer_attr(void* out, int attr, uintptr_t address) noexcept nogil:
     """cuPointerGetAttribute, for callers to whom a failure is an answer (memory CUDA
-    does not know): its return code, except that a KeyboardInterrupt (or the like)
-    caught in a shim is raised, not taken for that answer."""
-    cdef int rc = api.pointer_attr(out, attr, address)
-    if rc == SHIM_FAILED:
-        exc = getattr(_shim_errors, "exc", None)
-        _shim_errors.exc = None
-        if exc is not None and not isinstance(exc, Exception):
-            raise exc
-    return rc
+    does not know): its return code."""
+    return api.pointer_attr(out, attr, address)
 
 
-cdef int _quiet_attr(void* out, int attr, uintptr_t address) except? -1:
+cdef int _quiet_attr(void* out, int attr, uintptr_t address) noexcept nogil:
     """One pointer attribute, for callers to whom "memory CUDA does not know" is an
     answer: through cuPointerGetAttributes where libcuda has it (which answers for such
     memory with a zero value, not by its slower error path), else :func:`c_pointer_attr`."""

@@ -1,8 +1,10 @@
 """Fixtures for the CUDA tests: CuPy and a device, or skip the whole directory.
 
-With ``ETPTR_FAKE_CUPY=1`` the tests run against ``tests/fakecupy.py`` (host
-memory standing in for the device), which exercises the copy engine's logic
-on machines without a GPU; tests that need real CuPy arrays skip there.
+With ``ETPTR_FAKE_CUPY=1`` the tests run without a GPU: against tests/fakecuda.c, a
+stand-in for libcuda built here with the C compiler (they skip without one), and
+tests/fakecupy.py over it for CuPy's Python API (host memory standing in for the
+device). That exercises the copy engine's logic and its libcuda paths; tests that need
+real CuPy arrays skip there.
 """
 import gc
 import os
@@ -13,14 +15,21 @@ import etptr
 from etptr.cuda import _driver
 from etptr.testing import use_allocator
 
-from _helpers import load_fakecupy
+import _fake_libcuda
 
 FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
+FAKE_DRIVER = None          # the loaded tests/fakecuda.c (an _fake_libcuda.Fake)
 
 
 def _find_cupy():
+    global FAKE_DRIVER
     if FAKE:
-        return load_fakecupy().make(ndev=2), "fake CuPy (ETPTR_FAKE_CUPY=1)"
+        FAKE_DRIVER = _fake_libcuda.start()
+        if FAKE_DRIVER is None:
+            return None, ("the fake GPU (ETPTR_FAKE_CUPY=1) needs a C compiler to build "
+                          f"tests/fakecuda.c ({os.environ.get('CC', 'cc')!r} could not build it)")
+        FAKE_DRIVER.cupy = FAKE_DRIVER.make_cupy(ndev=2)
+        return FAKE_DRIVER.cupy, "fake CuPy over tests/fakecuda.c (ETPTR_FAKE_CUPY=1)"
     try:
         import cupy
     except ImportError as exc:
@@ -42,10 +51,10 @@ def _cuda_session():
     if CP is None:
         pytest.skip(WHY)
     if FAKE:
-        _driver._set_backend(CP)
+        _driver._use_backend(CP)
     yield
     if FAKE:
-        _driver._set_backend(None)
+        _driver._use_backend(None)
 
 
 @pytest.fixture(autouse=True)
@@ -76,13 +85,30 @@ def cp():
 
 @pytest.fixture
 def fake():
-    """The fake CuPy's state, or skip on a real device."""
+    """The fake driver (its call log, from this test's start, and fault injection; see
+    tests/_fake_libcuda.py), or skip on a real device."""
     if not FAKE:
-        pytest.skip("needs the fake CuPy (its call log and fault injection)")
-    CP.state.calls.clear()
-    CP.state.fail_memcpy_after = None
+        pytest.skip("needs the fake GPU (its call log and fault injection)")
+    FAKE_DRIVER.log()
+    FAKE_DRIVER.fail_copies_after = None
     CP.state.fail_host_alloc = 0
-    return CP.state
+    yield FAKE_DRIVER
+    FAKE_DRIVER.log(on=False)
+    FAKE_DRIVER.fail_copies_after = None
+    CP.state.fail_host_alloc = 0
+
+
+@pytest.fixture
+def no_kernel(fake):
+    """The fake driver without etptr's copy kernel (cuModuleLoadData fails, as in a driver
+    that cannot load PTX): the batch layer copies small scattered pieces one by one, and
+    holds no scratch area on the device."""
+    from etptr.cuda import _batch
+    fake.knob("fake_kernels").value = 0
+    _batch._forget_scratch()
+    yield fake
+    fake.knob("fake_kernels").value = 1
+    _batch._forget_scratch()
 
 
 @pytest.fixture

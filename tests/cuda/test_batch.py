@@ -1,8 +1,9 @@
 """Many tensors at once on CUDA: DeviceMemoryBuffer, h2d_copy / d2h_copy, clone_tensor_ptrs_to.
 
-Against a real device the scattered paths use the copy kernel; against the CuPy
-stand-in (ETPTR_FAKE_CUPY=1) the same calls copy piece by piece, which checks the
-bookkeeping (layouts, what is freed, errors)."""
+The scattered paths use the copy kernel, on a real device and against the stand-in
+driver (ETPTR_FAKE_CUPY=1, tests/fakecuda.c); tests that look at each piece's DMA run
+the stand-in without the kernel (the ``no_kernel`` fixture), where the same calls copy
+piece by piece, which checks the bookkeeping (layouts, what is freed, errors)."""
 import gc
 
 import numpy as np
@@ -41,15 +42,15 @@ def _traced_begins(settings, copy, *args):
 
 
 def _fails_part_way(fake, after, copy, *args):
-    """``copy(*args)`` under SMALL with the stand-in's memcpy failing after ``after`` calls:
-    it must raise the injected error."""
-    fake.fail_memcpy_after = after
+    """``copy(*args)`` under SMALL with the stand-in's copy calls failing after ``after``
+    calls: it must raise the injected error."""
+    fake.fail_copies_after = after
     try:
         with copy_config(**SMALL):
-            with pytest.raises(etptr.EtError, match="injected"):
+            with pytest.raises(etptr.EtError, match="FAKECUDA_INJECTED_FAILURE"):
                 copy(*args)
     finally:
-        fake.fail_memcpy_after = None
+        fake.fail_copies_after = None
 
 
 @pytest.fixture
@@ -155,14 +156,15 @@ def test_outs_laid_end_to_end_in_one_allocation_go_up_in_one_dma(fake):
     dev = etptr.empty([64 * 1024], ST.Byte, device="cuda")
     outs = _views(dev, [1024 * i for i in range(64)], 1024, "cuda")
     srcs = [etptr.make_tensor_ptr(np.full(1024, i, np.uint8)) for i in range(64)]
-    fake.calls.clear()
+    fake.clear()
     etptr.h2d_copy(srcs, outs)
     assert len(_ups(fake)) == 1
     back = _host(dev).reshape(64, 1024)
     assert all((back[i] == i).all() for i in range(64))
 
 
-def test_a_batched_clone_down_reads_separate_allocations_separately(fake, cp, monkeypatch):
+def test_a_batched_clone_down_reads_separate_allocations_separately(fake, no_kernel, cp,
+                                                                    monkeypatch):
     # two separate device allocations 212 bytes apart (as successive allocations may lie):
     # one DMA across both would read memory that belongs to neither
     import ctypes
@@ -172,7 +174,7 @@ def test_a_batched_clone_down_reads_separate_allocations_separately(fake, cp, mo
     def adjacent(size):
         rounded = (size + 511) // 512 * 512
         ptr, cursor[0] = cursor[0], cursor[0] + rounded
-        fake.dev.blocks[ptr] = (arena, rounded)
+        fake.cupy.state.dev.add(ptr, arena, rounded)
         return cp.cuda.memory.MemoryPointer(ptr, rounded, 0)
 
     monkeypatch.setattr(cp.cuda.memory, "alloc", adjacent)
@@ -180,10 +182,10 @@ def test_a_batched_clone_down_reads_separate_allocations_separately(fake, cp, mo
     b = etptr.full([300], 2, ST.Byte, device="cuda")
     assert b.data_ptr - a.data_ptr == 512
     for pinned in (True, False):
-        fake.calls.clear()
+        fake.clear()
         down = etptr.clone_tensor_ptrs_to([a, b], "cpu", pinned=pinned)
         assert [d.numpy().tolist() for d in down] == [[1] * 300, [2] * 300]
-        assert sorted(c[2] for c in fake.calls if c[0] == "memcpyAsync") == [300, 300]
+        assert sorted(c.nbytes for c in fake.calls if c.what in ("htod", "dtoh")) == [300, 300]
 
 
 def test_batched_d2h_copy_of_small_pieces_keeps_the_host_bytes_between_its_outs():
@@ -212,11 +214,11 @@ LARGE = [MiB // 4, (3 * MiB) // 4 + 5, (2 * MiB) // 4 + 100, 5 * MiB // 4, MiB /
 
 
 def _ups(fake):
-    return [c for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 1]
+    return fake.copies("htod")
 
 
 @pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
-def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, settings, pool):
+def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, no_kernel, settings, pool):
     # pageable pieces of 1 MiB and more: their bytes packed into the slots in order,
     # each chunk's DMA one per piece it holds, never past a piece's end; small pieces
     # and a page-locked large one beside them take their own paths
@@ -227,20 +229,20 @@ def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, settings,
     srcs.append(pinned)
     arrays.append(arrays[1])
     outs.append(etptr.empty([arrays[1].size], ST.Int, device="cuda"))
-    fake.calls.clear()
+    fake.clear()
     begins = _traced_begins(settings, etptr.h2d_copy, srcs, outs)
     ups = _ups(fake)
     for a, o in zip(arrays, outs):
         np.testing.assert_array_equal(_host(o), a)
     spans = {o.data_ptr: o.nbytes for o in outs}
     for c in ups:
-        n, dst = c[2], c[6]
+        n, dst = c.nbytes, c.dst
         base = max(p for p in spans if p <= dst)
         assert dst + n <= base + spans[base]          # no DMA runs past a piece's end
     large = sum(a.nbytes for a in arrays[:len(LARGE)])
-    into_large = [c for c in ups if any(o.data_ptr <= c[6] < o.data_ptr + o.nbytes
+    into_large = [c for c in ups if any(o.data_ptr <= c.dst < o.data_ptr + o.nbytes
                                         for o in outs[:len(LARGE)])]
-    assert sum(c[2] for c in into_large) == large
+    assert sum(c.nbytes for c in into_large) == large
     # in order through the packed bytes: each DMA starts where the one before ended
     packed_at, at = {}, 0
     for o in outs[:len(LARGE)]:
@@ -248,16 +250,17 @@ def test_large_pieces_to_scattered_tensors_go_up_in_one_pipeline(fake, settings,
         at += o.nbytes
     at = 0
     for c in into_large:
-        base = max(p for p in packed_at if p <= c[6])
-        assert packed_at[base] + (c[6] - base) == at
-        at += c[2]
+        base = max(p for p in packed_at if p <= c.dst)
+        assert packed_at[base] + (c.dst - base) == at
+        at += c.nbytes
     assert begins == [large]                          # one pipelined copy of them all
-    assert [c[2] for c in ups if c[7] == pinned.data_ptr] == [pinned.nbytes]   # one DMA
+    assert [c.nbytes for c in ups if c.src == pinned.data_ptr] == [pinned.nbytes]   # one DMA
     assert pool.stats()["blocks_in_use"] == 1                                  # ``pinned``
 
 
 @pytest.mark.parametrize("settings", [SMALL, {}], ids=["small-slots", "defaults"])
-def test_large_pieces_from_scattered_tensors_come_down_in_one_pipeline(fake, settings, pool):
+def test_large_pieces_from_scattered_tensors_come_down_in_one_pipeline(fake, no_kernel, settings,
+                                                                       pool):
     # the mirror for downloads into pageable outs: the device pieces come down into the
     # slots packed in order (one DMA per piece a chunk holds), the copy threads scatter
     # them to their outs; a page-locked out takes one DMA of its own
@@ -268,19 +271,19 @@ def test_large_pieces_from_scattered_tensors_come_down_in_one_pipeline(fake, set
     devs.append(devs[1])
     outs.append(pinned)
     arrays.append(arrays[1])
-    fake.calls.clear()
+    fake.clear()
     begins = _traced_begins(settings, etptr.d2h_copy, devs, outs)
-    downs = [c for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 2]
+    downs = fake.copies("dtoh")
     for a, o in zip(arrays, outs):
         np.testing.assert_array_equal(o.numpy(), a)
     large = sum(a.nbytes for a in arrays[:len(LARGE)])
     assert begins == [large]                          # one pipelined copy of them all
     spans = {d.data_ptr: d.nbytes for d in devs}
     for c in downs:
-        n, src = c[2], c[7]
+        n, src = c.nbytes, c.src
         base = max(p for p in spans if p <= src)
         assert src + n <= base + spans[base]          # no DMA runs past a piece's end
-    assert [c[2] for c in downs if c[6] == pinned.data_ptr] == [pinned.nbytes]   # one DMA
+    assert [c.nbytes for c in downs if c.dst == pinned.data_ptr] == [pinned.nbytes]   # one DMA
 
 
 def test_large_pieces_one_by_one_when_the_pipeline_is_off(fake):
@@ -381,10 +384,10 @@ def test_mismatched_pairs_are_refused_before_any_byte_moves(fake):
         ([a, a], [good, etptr.make_tensor_ptr([4], None, device="cuda")], r"out\[1\] has null"),
     ]
     for srcs, outs, match in cases:
-        fake.calls.clear()
+        fake.clear()
         with pytest.raises(etptr.InvalidArgumentError, match=match):
             etptr.h2d_copy(srcs, outs)
-        assert not [c for c in fake.calls if c[0] == "memcpyAsync"]
+        assert not [c for c in fake.calls if c.what in ("htod", "dtoh", "dtod")]
     t = etptr.make_tensor_ptr([2, 2], list(range(4)), type=ST.Float, dim_order=[1, 0])
     with pytest.raises(etptr.InvalidArgumentError, match=r"out\.dim_order"):
         etptr.h2d_copy(t, etptr.empty([2, 2], device="cuda"))

@@ -210,7 +210,7 @@ def test_a_file_with_another_layout_goes_up_once(tmp_path, fake, device_used):
     path, arrays = _file(tmp_path, ["F32", "I8"])
     before = device_used()
     out = etptr.load_safetensors(path, "cuda:0", progress=False)
-    up = sum(c[2] for c in fake.calls if c[0] == "memcpyAsync" and c[1] == 1)
+    up = sum(c.nbytes for c in fake.copies("htod"))
     layout = layout_file(etptr.checkpoint.parse_header(path))
     assert len(layout.runs) > 1
     assert up == layout.nbytes                    # the device range once, gaps and all
@@ -271,7 +271,7 @@ def test_a_malformed_header_is_refused_once_the_copy_is_done(tmp_path, header, m
     assert pool.stats()["in_use_bytes"] == 0
 
 
-def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, pool):
+def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, no_kernel, pool):
     # the upload starts before the header is checked: a full device or a failing copy
     # must not hide the header's error
     path = tmp_path / "bad.safetensors"
@@ -280,17 +280,18 @@ def test_a_malformed_header_comes_before_a_device_error(tmp_path, fake, pool):
     with pytest.raises(CheckpointError, match="needs 36 bytes") as want:
         etptr.checkpoint.parse_header(path)
     fds = open_fds()
-    hog = etptr.empty([(1 << 30) - 2048], type=ST.Byte, device="cuda:0")   # the fake's 1 GiB
+    # the fake's 1 GiB (no_kernel: no scratch area holds any of it)
+    hog = etptr.empty([(1 << 30) - 2048], type=ST.Byte, device="cuda:0")
     with pytest.raises(CheckpointError) as got:
         etptr.load_safetensors(path, "cuda:0", progress=False)
     assert str(got.value) == str(want.value)
     del hog
-    fake.fail_memcpy_after = 0
+    fake.fail_copies_after = 0
     try:
         with pytest.raises(CheckpointError) as got:
             etptr.load_safetensors(path, "cuda:0", progress=False)
     finally:
-        fake.fail_memcpy_after = None
+        fake.fail_copies_after = None
     assert str(got.value) == str(want.value)
     with pytest.raises(CheckpointError) as got:
         etptr.load_safetensors(path, "cuda:7", progress=False)
@@ -409,10 +410,10 @@ def test_copy_file_to_device_on_queued_raising_still_completes_the_copy(tmp_path
     n = 1 << 20
     path, data = _raw_file(tmp_path, n)
     dev = etptr.zeros([n], type=ST.Byte, device="cuda:0")
-    fake.calls.clear()
+    fake.clear()
 
     def fail():
-        fake.calls.append(("on_queued",))
+        fake.mark()                                      # "on_queued", among the calls
         raise KeyError("from on_queued")
 
     fd = os.open(path, os.O_RDONLY)
@@ -421,10 +422,10 @@ def test_copy_file_to_device_on_queued_raising_still_completes_the_copy(tmp_path
             alloc.copy_file_to_device(dev.data_ptr, fd, [(0, 0, n)], 0, on_queued=fail)
     finally:
         os.close(fd)
-    names = [c[0] for c in fake.calls]
-    at = names.index("on_queued")
-    assert "memcpyAsync" not in names[at:]               # every DMA was queued before it
-    assert "streamSynchronize" in names[at:]             # and waited for after it
+    names = [c.what for c in fake.calls]
+    at = names.index("mark")
+    assert "htod" not in names[at:]                      # every DMA was queued before it
+    assert "stream_sync" in names[at:]                   # and waited for after it
     np.testing.assert_array_equal(etptr.clone_tensor_ptr_to_cpu(dev).numpy(), data)
 
 

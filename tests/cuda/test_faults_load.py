@@ -287,12 +287,13 @@ FORK_PRELUDE = FORK_AND_WAIT + """
     from etptr.cuda import _copy_engine, _driver, _tuning
 
     FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
-    if FAKE:
-        import fakecupy
-        fake = fakecupy.make(ndev=1)
+    if FAKE:      # the stand-in libcuda the suite built (ETPTR_FAKE_LIBCUDA), CuPy's over it
+        import _fake_libcuda
+        F = _fake_libcuda.start()
+        fake = F.make_cupy(ndev=1)
 
     def use_fake_cuda():
-        _driver._set_backend(fake)
+        _driver._use_backend(fake)
         etptr.register_device_allocator(etptr.cuda.CudaAllocator())
 
 """
@@ -317,7 +318,7 @@ FORK_AFTER_CUDA = FORK_PRELUDE + """
     def child():
         global d, h, p, blk, pinned_maker
         calls = []
-        if FAKE:      # record every CUDA call from here on
+        if FAKE:      # record every CUDA call from here on: CuPy's and the driver's
             for ns in (fake.cuda.runtime, fake.cuda.driver):
                 for name, f in list(vars(ns).items()):
                     if callable(f) and not isinstance(f, type):
@@ -326,6 +327,7 @@ FORK_AFTER_CUDA = FORK_PRELUDE + """
                             return _f(*args)
                         setattr(ns, name, spy)
             used = list(fake.state.used)
+            driver_calls = F.knob("fake_calls").value
         start = time.monotonic()
         try:
             etptr.clone_tensor_ptr_to(src, "cuda")
@@ -383,6 +385,7 @@ FORK_AFTER_CUDA = FORK_PRELUDE + """
         assert not unraisable, [u.exc_value for u in unraisable]
         if FAKE:
             assert calls == [], calls
+            assert F.knob("fake_calls").value == driver_calls, "libcuda was called"
             assert fake.state.used == used              # nothing went back to "CuPy's pool"
         print("CHILD OK", f"{took * 1e3:.1f} ms")
         return 0
@@ -684,17 +687,16 @@ def test_keyboard_interrupt_from_signal_during_staged_copy(direction, cp, pool, 
 
 
 FORK_FROM_THE_COPYING_THREAD = r"""
-import os, pathlib, sys, time, warnings, importlib.util
+import os, sys, time, warnings
 import numpy as np
 import etptr, etptr.cuda
 from etptr._core import _host_copy
 from etptr.cuda import _copy_engine, _driver, _tuning
 from etptr.testing import use_allocator
 warnings.simplefilter("ignore", DeprecationWarning)
-spec = importlib.util.spec_from_file_location(
-    "fk", pathlib.Path(os.environ["ETPTR_TESTS_DIR"]) / "fakecupy.py")
-mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)
-fake = mod.make(ndev=2); _driver._set_backend(fake)
+sys.path.insert(0, os.environ["ETPTR_TESTS_DIR"])
+import _fake_libcuda
+fake = _fake_libcuda.start().make_cupy(ndev=2); _driver._use_backend(fake)
 pid = []
 def hook(direction, i):
     if i == 2 and not pid:
@@ -727,7 +729,7 @@ print(f"PARENT {outcome} {idle_cpu():.2f}", flush=True)
 """
 
 
-@pytest.mark.skipif(not FAKE or not hasattr(os, "fork"), reason="needs the fake CuPy and fork")
+@pytest.mark.skipif(not FAKE or not hasattr(os, "fork"), reason="needs the fake GPU and fork")
 def test_fork_from_the_copying_thread_mid_copy(monkeypatch):
     # The child refuses to go on with the parent's copy (no CUDA call after the fork),
     # and its copy threads go idle afterwards (they once spun forever there).
