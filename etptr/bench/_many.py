@@ -56,7 +56,7 @@ def _line_cases(env):
             Case("line.d2h", "pinned line rate D2H", down, nbytes=LINE_BYTES, sync=env.sync)], keep
 
 
-def _set_cases(env, prefix, host_arrays, tensors, whole=None):
+def _cases_for_a_set(env, prefix, host_arrays, tensors, whole=None):
     """Cases for one set of tensors (``tensors`` wrap ``host_arrays`` on the CPU)."""
     cp, torch, dev = env.cupy, env.torch, env.device
     nbytes = sum(t.nbytes for t in tensors)
@@ -193,8 +193,8 @@ def run_many(env, args, out) -> tuple:
             # the whole data section as one tensor (the views keep the map alive)
             whole = etptr.make_tensor_ptr([hi - lo], lo, type=etptr.ScalarType.Byte)
             line, keep_line = _line_cases(env)
-            small_cases, keep_small, ok_small = _set_cases(env, "small", small, small_t)
-            ckpt_cases, keep_ckpt, ok_ckpt = _set_cases(env, "ckpt", arrays, views, whole)
+            small_cases, keep_small, ok_small = _cases_for_a_set(env, "small", small, small_t)
+            ckpt_cases, keep_ckpt, ok_ckpt = _cases_for_a_set(env, "ckpt", arrays, views, whole)
             ckpt_cases.append((Case("ckpt.etptr_load.h2d", "etptr.load_safetensors(file) (the same "
                                     "bytes from a fresh map)",
                                     lambda: etptr.load_safetensors(path, env.device, progress=False),
