@@ -12,6 +12,8 @@ import etptr
 from etptr import DeviceType
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+#: The stand-ins for CuPy and libcuda (fakecupy.py, fakecuda.c, _fake_libcuda.py).
+FAKES_DIR = os.path.join(TESTS_DIR, "fakes")
 # Where the etptr under test was imported from: the installed package, or the
 # checkout itself after an in-place build. Child interpreters must import the same one.
 ETPTR_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(etptr.__file__)))
@@ -98,7 +100,7 @@ def run_isolated(code, timeout=60):
     # installed package), then tests/ for ``_helpers``; the child runs in etptr's parent
     # folder because ``python -c`` puts its working folder first on sys.path.
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (ETPTR_PARENT, TESTS_DIR, env.get("PYTHONPATH", "")) if p)
+        p for p in (ETPTR_PARENT, TESTS_DIR, FAKES_DIR, env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=timeout,
                           cwd=ETPTR_PARENT, env=env)

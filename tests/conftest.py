@@ -1,4 +1,6 @@
-"""Shared fixtures for the etptr unit tests.
+"""Shared fixtures for etptr's tests: unit/ (one file per module or concern), safety/
+(bad input, interrupts, fuzzing, lifetimes), cuda/ (needs CuPy and a GPU, or the stand-ins
+with ETPTR_FAKE_CUPY=1) and fakes/ (the stand-ins for CuPy and libcuda, with their tests).
 
 * an autouse fixture that puts the device-allocator registry back as it was
   after every test, so a test that registers an allocator cannot leak it;
@@ -9,6 +11,8 @@
   CuPy imports and sees a CUDA device.
 """
 import gc
+import os
+import sys
 
 import pytest
 
@@ -17,7 +21,10 @@ from etptr import DeviceType
 from etptr._core._device_allocator import _replace_allocator
 from etptr.testing import HostDeviceAllocator, use_allocator
 
-from _helpers import PyAllocator, cuda_available
+from _helpers import FAKES_DIR, PyAllocator, cuda_available
+
+sys.path.insert(0, FAKES_DIR)        # import fakecupy, _fake_libcuda
+assert os.path.isdir(FAKES_DIR), FAKES_DIR
 
 
 @pytest.fixture(autouse=True)

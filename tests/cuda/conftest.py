@@ -1,8 +1,8 @@
 """Fixtures for the CUDA tests: CuPy and a device, or skip the whole directory.
 
-With ``ETPTR_FAKE_CUPY=1`` the tests run without a GPU: against tests/fakecuda.c, a
+With ``ETPTR_FAKE_CUPY=1`` the tests run without a GPU: against tests/fakes/fakecuda.c, a
 stand-in for libcuda built here with the C compiler (they skip without one), and
-tests/fakecupy.py over it for CuPy's Python API (host memory standing in for the
+tests/fakes/fakecupy.py over it for CuPy's Python API (host memory standing in for the
 device). That exercises the copy engine's logic and its libcuda paths; tests that need
 real CuPy arrays skip there.
 """
@@ -18,7 +18,7 @@ from etptr.testing import use_allocator
 import _fake_libcuda
 
 FAKE = os.environ.get("ETPTR_FAKE_CUPY") == "1"
-FAKE_DRIVER = None          # the loaded tests/fakecuda.c (an _fake_libcuda.Fake)
+FAKE_DRIVER = None          # the loaded tests/fakes/fakecuda.c (an _fake_libcuda.Fake)
 
 
 def _find_cupy():
@@ -27,9 +27,10 @@ def _find_cupy():
         FAKE_DRIVER = _fake_libcuda.start()
         if FAKE_DRIVER is None:
             return None, ("the fake GPU (ETPTR_FAKE_CUPY=1) needs a C compiler to build "
-                          f"tests/fakecuda.c ({os.environ.get('CC', 'cc')!r} could not build it)")
+                          f"tests/fakes/fakecuda.c ({os.environ.get('CC', 'cc')!r} could not "
+                          f"build it)")
         FAKE_DRIVER.cupy = FAKE_DRIVER.make_cupy(ndev=2)
-        return FAKE_DRIVER.cupy, "fake CuPy over tests/fakecuda.c (ETPTR_FAKE_CUPY=1)"
+        return FAKE_DRIVER.cupy, "fake CuPy over tests/fakes/fakecuda.c (ETPTR_FAKE_CUPY=1)"
     try:
         import cupy
     except ImportError as exc:
@@ -86,7 +87,7 @@ def cp():
 @pytest.fixture
 def fake():
     """The fake driver (its call log, from this test's start, and fault injection; see
-    tests/_fake_libcuda.py), or skip on a real device."""
+    tests/fakes/_fake_libcuda.py), or skip on a real device."""
     if not FAKE:
         pytest.skip("needs the fake GPU (its call log and fault injection)")
     FAKE_DRIVER.log()

@@ -1,7 +1,7 @@
 """Many tensors at once on CUDA: DeviceMemoryBuffer, h2d_copy / d2h_copy, clone_tensor_ptrs_to.
 
 The scattered paths use the copy kernel, on a real device and against the stand-in
-driver (ETPTR_FAKE_CUPY=1, tests/fakecuda.c); tests that look at each piece's DMA run
+driver (ETPTR_FAKE_CUPY=1, tests/fakes/fakecuda.c); tests that look at each piece's DMA run
 the stand-in without the kernel (the ``no_kernel`` fixture), where the same calls copy
 piece by piece, which checks the bookkeeping (layouts, what is freed, errors)."""
 import gc

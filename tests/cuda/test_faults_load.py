@@ -733,7 +733,8 @@ print(f"PARENT {outcome} {idle_cpu():.2f}", flush=True)
 def test_fork_from_the_copying_thread_mid_copy(monkeypatch):
     # The child refuses to go on with the parent's copy (no CUDA call after the fork),
     # and its copy threads go idle afterwards (they once spun forever there).
-    monkeypatch.setenv("ETPTR_TESTS_DIR", os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    monkeypatch.setenv("ETPTR_TESTS_DIR", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fakes"))
     out = run_isolated(FORK_FROM_THE_COPYING_THREAD, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = dict(line.split(" ", 1) for line in out.stdout.split("\n") if line)

@@ -461,7 +461,7 @@ def test_a_consumer_ignoring_read_only_cannot_crash_or_change_the_file(tmp_path,
     else:
         write = _MINIMAL_CONSUMER
     write = textwrap.dedent(write).strip("\n").replace("\n", "\n    ")
-    code = _WRITE_IGNORING_THE_FLAG.format(tests=os.path.dirname(__file__), path=str(path),
+    code = _WRITE_IGNORING_THE_FLAG.format(tests=os.path.dirname(os.path.dirname(__file__)), path=str(path),
                                           write=write)
     proc = run_isolated(code, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])

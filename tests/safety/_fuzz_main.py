@@ -1,4 +1,4 @@
-"""Bad-input fuzzing of etptr's public functions (run by tests/test_fuzz.py in a subprocess).
+"""Bad-input fuzzing of etptr's public functions (run by tests/safety/test_fuzz.py in a subprocess).
 
 Hypothesis throws generated bad and edge inputs at every make_tensor_ptr
 overload, alias views, resize_tensor_ptr, clone_tensor_ptr, the maker

@@ -696,7 +696,7 @@ def test_cai_zero_size_null_pointer():
 
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory):
-    """tests/fakecuda.c built (a stand-in for libcuda), or skip without a C compiler."""
+    """tests/fakes/fakecuda.c built (a stand-in for libcuda), or skip without a C compiler."""
     import _fake_libcuda
     if not sys.platform.startswith("linux"):
         pytest.skip("the fake driver is a Linux shared library")

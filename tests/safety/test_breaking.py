@@ -16,7 +16,7 @@ import pytest
 import etptr
 from etptr.testing import HostDeviceAllocator, use_allocator
 
-TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # tests/
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(etptr.__file__)))
 
 
@@ -24,7 +24,8 @@ def _run_isolated(code, timeout=120):
     """Run ``code`` in a fresh interpreter that imports this etptr; (returncode, output)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [PACKAGE_ROOT, TESTS_DIR] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        [PACKAGE_ROOT, TESTS_DIR, os.path.join(TESTS_DIR, "fakes")]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd="/")
     return proc.returncode, proc.stdout + proc.stderr

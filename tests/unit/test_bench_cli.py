@@ -27,7 +27,7 @@ from etptr.bench.__main__ import main  # noqa: E402
 from etptr.bench._checkpoint import read_tensor  # noqa: E402
 from etptr.testing import HostDeviceAllocator, use_allocator  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["--no-progress", "--repeats", "2", "--warmup", "1", "--no-torch"]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import etptr
 
-ROOT = Path(__file__).resolve().parent.parent        # a checkout, or an unpacked sdist
+ROOT = Path(__file__).resolve().parents[2]         # a checkout, or an unpacked sdist
 PACKAGE = Path(etptr.__file__).resolve().parent       # the etptr under test
 SOURCE_TREE = (ROOT / "setup.py").is_file() and (ROOT / "pyproject.toml").is_file()
 
@@ -149,16 +149,17 @@ def test_sdist_carries_everything_a_build_and_the_tests_need(tmp_path):
     assert sources - names == set()
     needed = {"README.md", "LICENSE", "pyproject.toml", "setup.py", "MANIFEST.in",
               "etptr/py.typed", "examples/quickstart.py", "bench/tools/reshard.py",
-              "tests/conftest.py", "tests/_helpers.py", "tests/fakecupy.py",
-              "tests/_dlpack_ctypes.py", "tests/_fuzz_main.py", "tests/stubtest_allowlist.txt",
-              "tests/cuda/conftest.py", "tests/fakecuda.c", "bench/results/DECISIONS.md"}
+              "tests/conftest.py", "tests/_helpers.py", "tests/fakes/fakecupy.py",
+              "tests/_dlpack_ctypes.py", "tests/safety/_fuzz_main.py",
+              "tests/stubtest_allowlist.txt",
+              "tests/cuda/conftest.py", "tests/fakes/fakecuda.c", "bench/results/DECISIONS.md"}
     tests = {p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("*.py")}
     probes = {p.relative_to(ROOT).as_posix() for ext in ("c", "h", "sh")
               for p in (ROOT / "bench" / "tools").glob(f"*.{ext}")}
     assert "bench/tools/probe_tiny.c" in probes and "bench/tools/probe_cuda.h" in probes
     assert (needed | tests | probes) - names == set()
     assert sorted(n for n in names if n.endswith((".so", ".c", ".pyc"))) == \
-        sorted(["tests/fakecuda.c"] + [p for p in probes if p.endswith(".c")])
+        sorted(["tests/fakes/fakecuda.c"] + [p for p in probes if p.endswith(".c")])
 
 
 @pytest.mark.skipif(not SOURCE_TREE, reason="needs the source tree")

@@ -1,5 +1,5 @@
-"""The copy engine's libcuda paths without a GPU: against tests/fakecuda.c, a stand-in
-driver with asynchronous streams and fault injection (see tests/_fake_libcuda.py), with
+"""The copy engine's libcuda paths without a GPU: against tests/fakes/fakecuda.c, a stand-in
+driver with asynchronous streams and fault injection (see tests/fakes/_fake_libcuda.py), with
 its knobs turned further than tests/cuda's fake-GPU mode turns them. Each test runs in a
 process of its own, since the driver is chosen when CuPy is first loaded.
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 @pytest.fixture(scope="module")
 def fake_driver(tmp_path_factory):
     if not os.path.exists(_fake_libcuda.SOURCE):
-        pytest.skip("tests/fakecuda.c is not here")
+        pytest.skip("tests/fakes/fakecuda.c is not here")
     path = _fake_libcuda.build(str(tmp_path_factory.mktemp("fakecuda")))
     if path is None:
         pytest.skip("no C compiler to build the fake libcuda")

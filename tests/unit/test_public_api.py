@@ -124,7 +124,7 @@ def test_readme_many_tensors_example_runs(tmp_path):
     import subprocess
     import sys
     from pathlib import Path
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     example = next(b for b in blocks if "clone_tensor_ptrs_to" in b)
     script = tmp_path / "example.py"

@@ -1,4 +1,4 @@
-"""Bad-input fuzzing (tests/_fuzz_main.py, in a subprocess) and regressions it found.
+"""Bad-input fuzzing (tests/safety/_fuzz_main.py, in a subprocess) and regressions it found.
 
 The fuzz run throws at least 10,000 generated bad and edge inputs at
 make_tensor_ptr (every overload), alias views, resize_tensor_ptr,
@@ -28,7 +28,8 @@ def test_fuzz_bad_inputs(tmp_path, capsys):
     etptr_root = str(Path(etptr.__file__).resolve().parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [etptr_root, str(HERE)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        [etptr_root, str(HERE), str(HERE.parent)]
+        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     cmd = [sys.executable, "-X", "faulthandler", "-W", "error", str(HERE / "_fuzz_main.py"),
            "--scale", os.environ.get("ETPTR_FUZZ_SCALE", "1")]
     if os.environ.get("ETPTR_FUZZ_SEED"):

@@ -1,6 +1,6 @@
 """CPU tests of the copy path's wiring: stream/pinned hooks, makers' pinned=,
 copy settings, pinned-pool size classes, lazy CuPy import, and the CUDA suite
-run against the fake GPU (tests/fakecuda.c for libcuda, tests/fakecupy.py for CuPy).
+run against the fake GPU (tests/fakes/fakecuda.c for libcuda, tests/fakes/fakecupy.py for CuPy).
 None of these needs a GPU."""
 import ctypes
 import os
@@ -316,9 +316,10 @@ def test_cuda_suite_against_fake_cupy(tmp_path):
         pytest.skip("the fake driver is a Linux shared library")
     libcuda = _fake_libcuda.build(str(tmp_path))
     if libcuda is None:
-        pytest.skip("no C compiler to build the fake libcuda (tests/fakecuda.c)")
+        pytest.skip("no C compiler to build the fake libcuda (tests/fakes/fakecuda.c)")
     out = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "cuda")],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(HERE.parent / "cuda")],
         capture_output=True, text=True, cwd=str(tmp_path), timeout=600,
         env=_env(ETPTR_FAKE_CUPY="1", ETPTR_FAKE_LIBCUDA=libcuda))
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]

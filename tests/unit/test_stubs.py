@@ -14,7 +14,7 @@ import etptr
 
 pytest.importorskip("mypy")
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent           # tests/
 QUICKSTART = HERE.parent / "examples" / "quickstart.py"
 _PKG = Path(etptr.__file__).resolve().parent
 # The compiled modules as installed (a wheel holds no .pyx): every extension module file.

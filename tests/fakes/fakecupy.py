@@ -1,6 +1,6 @@
 """A host-memory stand-in for the slice of CuPy's Python API that etptr's CUDA code calls.
 
-It runs over tests/fakecuda.c, the stand-in for libcuda (tests/_fake_libcuda.py builds
+It runs over tests/fakes/fakecuda.c, the stand-in for libcuda (tests/fakes/_fake_libcuda.py builds
 and loads it, and its ``Fake.make_cupy`` makes one of these), as CuPy's runtime runs
 over the real driver: contexts, streams, events and copies are the fake driver's, and
 etptr's own driver calls reach the same one. What is CuPy's here is its Python-level
@@ -117,8 +117,8 @@ class _State:
 
 def make(driver, ndev=2, device_bytes=1 << 30):
     """A fresh fake ``cupy`` module with ``ndev`` devices of ``device_bytes`` each, over
-    ``driver`` (tests/fakecuda.c loaded by ctypes, its prototypes set: see
-    tests/_fake_libcuda.py). No context is current or made afterwards until one is used."""
+    ``driver`` (tests/fakes/fakecuda.c loaded by ctypes, its prototypes set: see
+    tests/fakes/_fake_libcuda.py). No context is current or made afterwards until one is used."""
     lib = driver
     ctypes.c_int.in_dll(lib, "fake_devices").value = ndev
     lib.fake_reset_contexts()

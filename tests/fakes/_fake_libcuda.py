@@ -1,5 +1,5 @@
-"""The tests' CUDA without a GPU: tests/fakecuda.c (a stand-in for libcuda) and
-tests/fakecupy.py (a stand-in for CuPy's Python API, calling it).
+"""The tests' CUDA without a GPU: tests/fakes/fakecuda.c (a stand-in for libcuda) and
+tests/fakes/fakecupy.py (a stand-in for CuPy's Python API, calling it).
 
 ``build(directory)`` compiles fakecuda.c into a ``libcuda.so.1``; ``load(path)`` loads
 it (RTLD_GLOBAL, before etptr looks for libcuda, which then finds this one) and returns
@@ -7,7 +7,7 @@ a :class:`Fake`: its knobs, call log and fault injection, and ``make_cupy()`` fo
 fakecupy module over it. ``start()`` does both for the fake-GPU mode of tests/cuda
 (``ETPTR_FAKE_CUPY=1``), reusing the library named by ``ETPTR_FAKE_LIBCUDA`` (which it
 sets, for the processes the tests start). ``setup(path)`` is the whole setup of a
-test process of tests/test_fake_libcuda.py: the fake CuPy as etptr's backend, and a
+test process of tests/fakes/test_fake_libcuda.py: the fake CuPy as etptr's backend, and a
 CudaAllocator registered over it. ``run(path, body)`` runs such a process.
 """
 import atexit
@@ -177,7 +177,7 @@ def start():
 
 
 def setup(path):
-    """A test process of tests/test_fake_libcuda.py: the fake driver at ``path``, a fake
+    """A test process of tests/fakes/test_fake_libcuda.py: the fake driver at ``path``, a fake
     CuPy over it as etptr's backend, a CudaAllocator registered."""
     fake = load(path)
     sys.path.insert(0, HERE)

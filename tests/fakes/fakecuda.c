@@ -1,9 +1,9 @@
 /* A stand-in for libcuda.so.1, so that etptr's CUDA paths run on machines without a GPU.
-   tests/_fake_libcuda.py builds it with
+   tests/fakes/_fake_libcuda.py builds it with
 
-       cc -O2 -shared -fPIC -pthread -Wl,-soname,libcuda.so.1 tests/fakecuda.c -o libcuda.so.1
+       cc -O2 -shared -fPIC -pthread -Wl,-soname,libcuda.so.1 tests/fakes/fakecuda.c -o libcuda.so.1
 
-   and loads it before etptr looks for libcuda; tests/fakecupy.py, the stand-in for
+   and loads it before etptr looks for libcuda; tests/fakes/fakecupy.py, the stand-in for
    CuPy's Python API, calls it as CuPy's runtime calls the real driver.
 
    The driver starts uninitialised: until cuInit every other call returns
