@@ -78,7 +78,7 @@ from etptr._core._tensor_ptr_maker import (
     zeros,
     zeros_like,
 )
-from etptr.checkpoint import CheckpointError, load_safetensors, save_safetensors
+from etptr.checkpoint import CheckpointError, load_safetensors, safe_open, save_safetensors
 
 def _version() -> str:
     # The installed distribution's version; an in-place build (no metadata) reads the
@@ -156,6 +156,7 @@ __all__ = [
     "randn_strided",
     "register_device_allocator",
     "resize_tensor_ptr",
+    "safe_open",
     "save_safetensors",
     "scalar_tensor",
     "scalar_type_from_numpy",

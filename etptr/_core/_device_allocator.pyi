@@ -28,6 +28,7 @@ class DeviceAllocator:
         *,
         progress: Callable[[int], object] | None = None,
         on_queued: Callable[[], object] | None = None,
+        gaps: bool = True,
     ) -> None: ...
 
 @final

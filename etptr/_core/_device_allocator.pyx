@@ -173,7 +173,8 @@ cdef class DeviceAllocator:
         """
         return None
 
-    def copy_file_to_device(self, dst, fd, pieces, index, *, progress=None, on_queued=None):
+    def copy_file_to_device(self, dst, fd, pieces, index, *, progress=None, on_queued=None,
+                            gaps=True):
         """Copy byte ranges of an open file into device memory (the checkpoint loader's
         upload: :func:`etptr.load_safetensors` moves every file's tensors this way).
 
@@ -190,8 +191,13 @@ cdef class DeviceAllocator:
         fd : int, a file descriptor open for reading
         pieces : sequence of (file_offset, dst_offset, nbytes), ints in bytes;
             ``dst_offset`` increasing and pieces not overlapping on the device side;
-            pieces of 0 bytes are skipped. Device bytes in the gaps between pieces may
-            be overwritten with unspecified values (the CUDA path moves the range as one)
+            pieces of 0 bytes are skipped
+        gaps : bool, default True
+            True: the device bytes between pieces are the caller's, and may be
+            overwritten with unspecified values (an override may move the range from
+            the first piece to the end of the last as one). False: only the pieces'
+            bytes are written, and the pieces may lie in separate allocations (a load
+            into existing tensors). The generic default writes only the pieces either way.
         index : int, device index (-1 = current device)
         progress : callable, optional
             Called as ``progress(done_bytes)`` (bytes of the pieces copied so far) from

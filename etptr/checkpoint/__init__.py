@@ -14,12 +14,14 @@ The lower layers are importable from here too: :func:`read_plan` and
 :func:`parse_header` (the checked headers), :func:`layout_file` (where each
 tensor of a file goes in one device buffer, and the copy runs that fill it).
 """
-from etptr.checkpoint._errors import CheckpointError
+from etptr.checkpoint._errors import CheckpointError, CheckpointFileNotFoundError
 from etptr.checkpoint._format import (
     DTYPE_NAMES, MAX_HEADER_BYTES, SAFETENSORS_DTYPES, FilePlan, TensorEntry, parse_header)
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, CopyRun, FileLayout, layout_file
+from etptr.checkpoint._into import IncompatibleKeys
 from etptr.checkpoint._load import load_safetensors
 from etptr.checkpoint._plan import CheckpointPlan, read_plan
+from etptr.checkpoint._safe_open import SafeOpen, SafeSlice, safe_open
 from etptr.checkpoint._save import save_safetensors
 
 __all__ = [
@@ -28,14 +30,19 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "SAFETENSORS_DTYPES",
     "CheckpointError",
+    "CheckpointFileNotFoundError",
     "CheckpointPlan",
     "CopyRun",
     "FileLayout",
     "FilePlan",
+    "IncompatibleKeys",
+    "SafeOpen",
+    "SafeSlice",
     "TensorEntry",
     "layout_file",
     "load_safetensors",
     "parse_header",
     "read_plan",
+    "safe_open",
     "save_safetensors",
 ]

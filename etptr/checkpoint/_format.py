@@ -30,7 +30,7 @@ from typing import Any, NoReturn
 
 from etptr._core._scalar_type import ScalarType, element_size
 from etptr.checkpoint._descriptors import ReadOnlyFile
-from etptr.checkpoint._errors import CheckpointError
+from etptr.checkpoint._errors import CheckpointError, CheckpointFileNotFoundError
 from etptr.checkpoint._header_scan import TensorEntry, scan_header
 
 __all__ = [
@@ -227,7 +227,7 @@ def _read_header_bytes(path: Path) -> tuple[bytes, int, FileIdentity]:
     try:
         f = ReadOnlyFile(path)
     except FileNotFoundError:
-        _fail(path, "no such file")
+        raise CheckpointFileNotFoundError(f"{path}: no such file", filename=str(path)) from None
     except OSError as exc:
         _fail(path, f"cannot be opened ({exc.strerror or exc})")
     except ValueError as exc:                    # a NUL byte in the path

@@ -44,7 +44,9 @@ from etptr.checkpoint._descriptors import ReadOnlyFile
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._file import check_unchanged, host_view, map_file, open_checked
 from etptr.checkpoint._format import FilePlan, _read_header_bytes, plan_from_header
+from etptr.checkpoint._frameworks import check_framework, to_framework
 from etptr.checkpoint._header_scan import offsets_aligned
+from etptr.checkpoint._into import load_into
 from etptr.checkpoint._layout import CopyRun, FileLayout, layout_file
 from etptr.checkpoint._plan import CheckpointPlan, PathsLike, _as_path, read_plan
 from etptr.checkpoint._progress import Progress, ProgressArg, check_progress, reporter
@@ -258,8 +260,10 @@ def _device_arg(device: object) -> Device:
 
 def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda:0", *,
                      names: Iterable[str] | None = None, progress: ProgressArg = None,
-                     pinned: bool = False) -> dict[str, TensorPtr]:
-    """Load a safetensors checkpoint as TensorPtrs.
+                     pinned: bool = False, framework: str = "etptr", into: Any = None,
+                     strict: bool = True) -> Any:
+    """Load a safetensors checkpoint as TensorPtrs (or as torch, NumPy or CuPy tensors), or
+    into tensors that already exist.
 
     Every header is read and checked first, and nothing is mapped or
     allocated until the whole checkpoint has passed, except for one file of up
@@ -289,21 +293,40 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
         With ``device="cpu"``: page-locked, writable copies instead of views
         of the file; one page-locked block per file (every tensor at a
         256-byte aligned offset) with the tensors as views into it.
+    framework : str, default ``"etptr"``
+        What the tensors come back as: ``"etptr"`` (TensorPtr), ``"pt"`` (torch
+        tensors sharing etptr's memory), ``"np"`` (NumPy arrays, on the CPU),
+        ``"cupy"`` (on a device).
+    into : mapping of str to tensor, optional
+        Existing tensors to fill in place, by name (a model's ``state_dict()``): each a
+        TensorPtr, a NumPy array, or a torch / CuPy tensor (through DLPack or the CUDA
+        Array Interface), contiguous and writable, with the checkpoint's shape and
+        dtype, on the CPU or any device with a registered allocator. ``device``,
+        ``pinned`` and ``framework`` do not apply; no memory is allocated for the data.
+    strict : bool, default True
+        With ``into``: a name only one side has is an error (before any byte moves), as
+        in torch's ``load_state_dict``; False loads the names both have.
 
     Returns
     -------
-    dict of str to TensorPtr
+    dict of str to tensor
         Name -> tensor, file by file in file order; each with the header's
         shape (sizes in elements, default dim_order) and ScalarType.
+    IncompatibleKeys
+        With ``into``: ``(missing_keys, unexpected_keys)``, as ``load_state_dict``
+        returns them.
 
     Raises
     ------
     CheckpointError
-        A missing file or shard, a malformed header or index (see
-        ``etptr.checkpoint.parse_header``), a name in two files, a name in
-        ``names`` the checkpoint lacks (the message lists close names), a
-        bad ``device``, ``progress`` or ``pinned`` argument, ``pinned=True``
-        with a non-CPU device. The message names the file and the tensor.
+        A missing file or shard (also a ``FileNotFoundError``), a malformed header
+        or index (see ``etptr.checkpoint.parse_header``), a name in two files, a
+        name in ``names`` the checkpoint lacks (the message lists close names), a
+        bad ``device``, ``progress``, ``pinned``, ``framework`` or ``strict``
+        argument, ``pinned=True`` with a non-CPU device; with ``into``, a target
+        that does not fit its tensor (shape, dtype, layout, read-only), checked for
+        every name before any byte moves, and a failure part way says which targets
+        were written. The message names the file and the tensor.
     NotFoundError
         No allocator for ``device``; with ``pinned=True``, no CUDA allocator
         (page-locked memory comes from it).
@@ -338,6 +361,16 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
     >>> t.sizes, t.scalar_type.name, t.readonly
     ((2, 3), 'Float', True)
     """
+    fw = check_framework(framework)
+    if into is not None:
+        plan = read_plan(paths)
+        if names is not None:
+            plan = plan.select(names)
+        with reporter(check_progress(progress), plan.nbytes, "loading in place") as report:
+            return load_into(plan, into, strict, report)
+    if fw != "etptr":
+        out = load_safetensors(paths, device, names=names, progress=progress, pinned=pinned)
+        return {k: to_framework(v, fw, k) for k, v in out.items()}
     dev = _device_arg(device)
     if not isinstance(pinned, bool):
         raise CheckpointError(f"pinned={pinned!r} is not a bool")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn, Union
 
-from etptr.checkpoint._errors import CheckpointError
+from etptr.checkpoint._errors import CheckpointError, CheckpointFileNotFoundError
 from etptr.checkpoint._format import (
     MAX_HEADER_BYTES, FilePlan, TensorEntry, loads_strict, parse_header)
 
@@ -113,7 +113,8 @@ def _read_index(index: Path) -> list[tuple[Path, set[str]]]:
     try:
         st = index.stat()
     except FileNotFoundError:
-        _fail(index, "no such index file")
+        raise CheckpointFileNotFoundError(f"{index}: no such index file",
+                                          filename=str(index)) from None
     except OSError as exc:
         _fail(index, f"cannot be read ({exc.strerror or exc})")
     if not index.is_file():
@@ -145,8 +146,9 @@ def _read_index(index: Path) -> list[tuple[Path, set[str]]]:
         path = index.parent / shard
         if not path.exists():
             first = sorted(shards[shard])[0]
-            _fail(index, f"shard {shard!r} (holding tensor {first!r} and "
-                         f"{len(shards[shard]) - 1} more) does not exist at {path}")
+            raise CheckpointFileNotFoundError(
+                f"{index}: shard {shard!r} (holding tensor {first!r} and "
+                f"{len(shards[shard]) - 1} more) does not exist at {path}", filename=str(path))
         out.append((path, shards[shard]))
     return out
 

@@ -26,6 +26,7 @@ from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._descriptors import TempFile
 from etptr.checkpoint._errors import CheckpointError
+from etptr.checkpoint._frameworks import as_tensor_ptr
 from etptr.checkpoint._format import DTYPE_NAMES, MAX_HEADER_BYTES, SAFETENSORS_DTYPES, dtype_rank
 
 __all__ = ["save_safetensors"]
@@ -52,9 +53,7 @@ def _check_tensors(tensors: object) -> list[_Item]:
         except UnicodeEncodeError:
             raise CheckpointError(f"tensors: the name {name!r} cannot be encoded as UTF-8") \
                 from None
-        if not isinstance(t, TensorPtr):
-            raise CheckpointError(f"tensor {name!r}: expected an etptr.TensorPtr, got "
-                                  f"{type(t).__name__}")
+        t = as_tensor_ptr(t, name)     # NumPy arrays, torch and CuPy tensors, in place
         # A view of the same memory with the tensor's layout now: the header, the file's
         # size and the copies all read this snapshot, which nothing else can resize (a
         # resize of ``t`` in another thread while the file is written would otherwise
@@ -248,9 +247,10 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
 
     Parameters
     ----------
-    tensors : dict of str to TensorPtr
-        Names (non-empty str, not ``"__metadata__"``) -> CPU or device
-        tensors of a supported ScalarType (Double, Float, Half, BFloat16,
+    tensors : dict of str to tensor
+        Names (non-empty str, not ``"__metadata__"``) -> CPU or device tensors: a
+        TensorPtr, a NumPy array, or a torch / CuPy tensor (read in place through
+        DLPack or the CUDA Array Interface, without a copy), of a supported ScalarType (Double, Float, Half, BFloat16,
         Long, Int, Short, Char, Byte, UInt16, UInt32, UInt64, Bool,
         Float8_e4m3fn, Float8_e5m2). Device tensors are read back through
         their allocator.
@@ -258,7 +258,8 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
         The file to write; its directory must exist. An existing file is
         replaced, only when the new one is complete.
     metadata : dict of str to str, optional
-        Written as the header's ``__metadata__``.
+        Written as the header's ``__metadata__``; a loaded checkpoint's is
+        ``etptr.safe_open(path).metadata()`` (``{"format": "pt"}`` for torch's).
     fsync : bool
         True: flush the file, and the directory's entry for it, to the storage
         device before returning (the checkpoint survives a power loss; the save

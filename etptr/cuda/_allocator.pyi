@@ -69,6 +69,7 @@ class CudaAllocator(DeviceAllocator):
         *,
         progress: Callable[[int], object] | None = None,
         on_queued: Callable[[], object] | None = None,
+        gaps: bool = True,
         stream: _Stream | None = None,
     ) -> None: ...
     def allocate_host(self, nbytes: int, index: int) -> PinnedBlock | None: ...

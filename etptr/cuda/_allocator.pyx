@@ -340,13 +340,15 @@ cdef class CudaAllocator(DeviceAllocator):
         return 0
 
     def copy_file_to_device(self, dst, fd, pieces, index, *, progress=None, on_queued=None,
-                            stream=None):
+                            gaps=True, stream=None):
         """Copy pieces of an open file to device memory on device ``index``, as one
         pipelined copy whose copy threads read the file (``pread``) straight into the
         pinned slots while the previous slot's DMA runs (the page cache is copied once;
         nothing is mapped, so a file truncated meanwhile gives an error, never SIGBUS).
-        Overrides :meth:`etptr.DeviceAllocator.copy_file_to_device`, whose parameters,
-        errors and notes apply; besides them:
+        With ``gaps`` the device range from the first piece to the end of the last moves
+        as one (one DMA per slot); without, each piece goes to its own place (one DMA per
+        piece a slot holds). Overrides :meth:`etptr.DeviceAllocator.copy_file_to_device`,
+        whose parameters, errors and notes apply; besides them:
 
         Parameters
         ----------
@@ -379,7 +381,7 @@ cdef class CudaAllocator(DeviceAllocator):
         dev = self._index(index, "CudaAllocator.copy_file_to_device")
         c_config(&cfg, None, None, None, None)
         c_h2d_file(<uintptr_t>c_count_arg(dst, "dst"), f, fp, dev, stream, &cfg, progress,
-                   on_queued)
+                   on_queued, bool(gaps))
 
     def allocate_host(self, nbytes, index):
         """A block of page-locked host memory from the process-wide

@@ -211,11 +211,13 @@ cdef bint _page_locked_range(const uintptr_t* host, int64_t count, int facts) ex
 
 
 cdef int _scattered(const uintptr_t* dev, const uintptr_t* host, const int64_t* n,
-                    int64_t count, int d, intptr_t s, bint h2d, CopyConfig* cfg) except -1:
+                    int64_t count, int d, intptr_t s, bint h2d, CopyConfig* cfg, int fd,
+                    object progress) except -1:
     """Large pieces with pageable host sides and scattered device sides: one pipelined
     copy of their bytes packed in order, each chunk's DMA one per piece it holds (a
     piece alone would be a short pipeline of its own, whose fixed costs the next piece
-    waits behind). Downloads are complete on return (the copy threads drain the slots)."""
+    waits behind). With ``fd >= 0`` (uploads) the host sides are byte offsets in that open
+    file. Downloads are complete on return (the copy threads drain the slots)."""
     cdef HostList L
     cdef int64_t i, total = 0
     cdef int64_t* starts = <int64_t*>malloc(count * sizeof(int64_t))
@@ -230,9 +232,9 @@ cdef int _scattered(const uintptr_t* dev, const uintptr_t* host, const int64_t* 
         L.lens = n
         L.starts = starts
         L.n = count
-        L.fd = -1
+        L.fd = fd
         L.dev = dev
-        c_staged(0, 0, &L, total, d, s, h2d, not h2d, cfg, None)
+        c_staged(0, 0, &L, total, d, s, h2d, not h2d, cfg, progress)
     finally:
         free(starts)
     return 0
@@ -374,7 +376,7 @@ cdef int _batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, in
                 sn[nsmall] = n[i]
                 nsmall += 1
         if nlarge:
-            _scattered(ld, ls, ln, nlarge, d, s, h2d, cfg)
+            _scattered(ld, ls, ln, nlarge, d, s, h2d, cfg, -1, None)
         if nsmall:
             _rounds(sd, ss, sn, nsmall, d, s, h2d, cfg, facts)
     finally:
@@ -426,16 +428,19 @@ cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* 
 
 
 cdef int c_h2d_file(uintptr_t dst, int fd, FilePieces fp, int dev, object stream,
-                    CopyConfig* cfg, object progress, object on_queued) except -1:
+                    CopyConfig* cfg, object progress, object on_queued, bint gaps) except -1:
     """Copy the pieces ``fp`` of the open file ``fd`` to device memory at ``dst`` on
-    ``dev`` (a checked index). One pipelined copy of the device range: the copy threads
-    read the file into the pinned slots with ``pread`` (the page cache is copied once;
-    no map of the file is made, so no page fault is taken and a file truncated meanwhile
-    gives an error, not SIGBUS), each slot's DMA runs while the next is read; the bytes
-    between pieces are overwritten. ``progress``: called with the pieces' bytes moved so
-    far every few slots. ``stream`` None: ``on_queued()`` (if given) runs once the whole
-    file has been read, while the last DMAs run, outside the device's context; the copy
-    is complete when this returns, also when it raised. A stream: queued on it.
+    ``dev`` (a checked index). One pipelined copy: the copy threads read the file into
+    the pinned slots with ``pread`` (the page cache is copied once; no map of the file is
+    made, so no page fault is taken and a file truncated meanwhile gives an error, not
+    SIGBUS), each slot's DMA runs while the next is read. ``gaps``: the device range from
+    the first piece to the end of the last moves as one, its bytes between pieces
+    overwritten (one DMA per slot); else only the pieces are written, each checked
+    against its own allocation (one DMA per piece a slot holds). ``progress``: called
+    with the pieces' bytes moved so far every few slots. ``stream`` None: ``on_queued()``
+    (if given) runs once the whole file has been read, while the last DMAs run, outside
+    the device's context; the copy is complete when this returns, also when it raised.
+    A stream: queued on it.
 
     Raises
     ------
@@ -462,12 +467,17 @@ cdef int c_h2d_file(uintptr_t dst, int fd, FilePieces fp, int dev, object stream
     try:
         for i in range(count):
             devs[i] = dst + <uintptr_t>fp.dst_offset[i]
-        # a raw device address from the caller: the range is checked against its allocation
-        c_check_device_range(devs[0], <int64_t>(devs[count - 1] - devs[0]) +
-                             fp.nbytes[count - 1], "dst")
         s = c_copy_stream(dev, stream)
-        _ranged(devs, <const uintptr_t*>fp.file_offset, fp.nbytes, count, dev, s, True, False,
-                cfg, fd, BATCH_PADDED, progress)
+        if gaps:
+            # a raw device address from the caller: the range is checked against its
+            # allocation (without gaps each piece is, by _scattered)
+            c_check_device_range(devs[0], <int64_t>(devs[count - 1] - devs[0]) +
+                                 fp.nbytes[count - 1], "dst")
+            _ranged(devs, <const uintptr_t*>fp.file_offset, fp.nbytes, count, dev, s, True,
+                    False, cfg, fd, BATCH_PADDED, progress)
+        else:
+            _scattered(devs, <const uintptr_t*>fp.file_offset, fp.nbytes, count, dev, s,
+                       True, cfg, fd, progress)
     finally:
         c_exit_device(&guard)
         free(devs)

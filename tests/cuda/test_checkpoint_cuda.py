@@ -504,3 +504,37 @@ def test_copy_file_to_device_read_errors(tmp_path, alloc, pool):
         alloc.copy_file_to_device(dev.data_ptr, 1 << 29, [(0, 0, 8192)], 0)
     assert info.value.errno == 9
     assert pool.stats()["in_use_bytes"] == 0
+
+
+# ------------------------------------------------------------------ into= and slices on the device
+
+def test_a_load_into_existing_device_tensors_writes_only_them(tmp_path, alloc, device_used):
+    path, arrays = _file(tmp_path, ["F32", "I8", "F64"], seed=21)
+    targets = {k: etptr.empty(list(a.shape), type=a.dtype, device="cuda:0")
+               for k, a in arrays.items()}
+    # a neighbour in each target's allocation must keep its bytes: only the pieces move
+    guards = {k: etptr.full([64], 7, type=ST.Byte, device="cuda:0") for k in arrays}
+    before = device_used()
+    got = etptr.load_safetensors(path, into=targets)
+    assert got == etptr.checkpoint.IncompatibleKeys([], [])
+    assert device_used() == before                        # no device memory taken
+    for k, a in arrays.items():
+        assert _host_bytes(targets[k]) == raw_bytes(a), k
+        assert etptr.clone_tensor_ptr_to_cpu(guards[k]).numpy().tolist() == [7] * 64
+
+
+def test_device_slices_of_a_checkpoint(tmp_path, alloc, pool):
+    rng = np.random.default_rng(3)
+    arrays = {"w": rng.standard_normal((64, 96)).astype(np.float32),
+              "v": rng.integers(0, 9, (32, 40), dtype=np.int64)}
+    path = tmp_path / "s.safetensors"
+    path.write_bytes(reference_serialize(arrays))
+    with copy_config(**SMALL):
+        with etptr.safe_open(path, device="cuda:0") as f:
+            reqs = [("w", (slice(None), slice(32, 64))), ("v", (slice(8, 24),)),
+                    ("w", (slice(None), 5)), ("v", (slice(None), slice(1, 40, 3)))]
+            got = f.get_slices(reqs)
+    for (name, index), t in zip(reqs, got):
+        assert t.device == etptr.Device("cuda:0") and t.data_ptr % 256 == 0
+        assert _host_bytes(t) == raw_bytes(np.ascontiguousarray(arrays[name][index]))
+    assert pool.stats()["in_use_bytes"] == 0

@@ -1,0 +1,148 @@
+"""``load_safetensors(..., into=...)``: a checkpoint read into tensors that already exist
+(a model's parameters), as torch's ``load_state_dict`` fills them, with no memory taken.
+
+Every target is checked against its tensor's header entry (shape, dtype, a row-major
+layout, writable, the device it lives on) before a byte moves, and ``strict`` names the
+missing and unexpected names as ``load_state_dict`` does. Then each file goes in one
+copy: its tensors for CPU targets read by the copy threads straight into them, its
+tensors for a device's targets uploaded by that device's allocator
+(:meth:`~etptr.DeviceAllocator.copy_file_to_device` without gaps: each tensor to its own
+place).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from etptr._core._device_allocator import get_device_allocator
+from etptr._core._error import NotFoundError
+from etptr._core._host_copy import parallel_read
+from etptr._core._tensor_ptr import TensorPtr
+from etptr.checkpoint._errors import CheckpointError
+from etptr.checkpoint._file import check_unchanged, open_checked
+from etptr.checkpoint._format import DTYPE_NAMES, FilePlan, TensorEntry
+from etptr.checkpoint._frameworks import as_tensor_ptr
+from etptr.checkpoint._plan import CheckpointPlan
+from etptr.checkpoint._progress import Progress
+
+__all__ = ["IncompatibleKeys", "load_into"]
+
+
+class IncompatibleKeys(NamedTuple):
+    """What ``load_safetensors(..., into=...)`` returns, as torch's ``load_state_dict``:
+    the names of ``into`` the checkpoint lacks, and the checkpoint's names ``into``
+    lacks (both empty after a strict load)."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(map(repr, names[:5]))
+    return shown + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_target(entry: TensorEntry, t: TensorPtr) -> None:
+    name = entry.name
+    if t.sizes != entry.shape:
+        raise CheckpointError(f"into[{name!r}]: shape {list(t.sizes)}, the checkpoint's is "
+                              f"{list(entry.shape)}")
+    if t.scalar_type != entry.scalar_type:
+        raise CheckpointError(f"into[{name!r}]: ScalarType.{t.scalar_type.name}, the "
+                              f"checkpoint's is {DTYPE_NAMES[entry.scalar_type]} "
+                              f"(ScalarType.{entry.scalar_type.name})")
+    if t.dim_order != tuple(range(t.dim())):
+        raise CheckpointError(f"into[{name!r}]: dim_order {t.dim_order}; a checkpoint's "
+                              f"tensor is row-major, so is the tensor it is read into")
+    if t.readonly:
+        raise CheckpointError(f"into[{name!r}] is read-only")
+    if t.nbytes and not t.data_ptr:
+        raise CheckpointError(f"into[{name!r}] has null data")
+    if not t.device.is_cpu() and get_device_allocator(t.device.type) is None:
+        raise NotFoundError(f"into[{name!r}] is on {t.device} and no allocator is "
+                            f"registered for it, so it cannot be written")
+
+
+def _fill_file(plan: FilePlan, pairs: list[tuple[TensorEntry, TensorPtr]]) -> None:
+    """Every pair's tensor read from ``plan``'s file into its target."""
+    cpu = [(e, t) for e, t in pairs if t.device.is_cpu() and e.nbytes]
+    devices: dict[Any, list[tuple[TensorEntry, TensorPtr]]] = {}
+    for e, t in pairs:
+        if not t.device.is_cpu() and e.nbytes:
+            devices.setdefault(t.device, []).append((e, t))
+    if not cpu and not devices:
+        return
+    with open_checked(plan) as f:
+        if cpu:
+            parallel_read(f.fileno(), [(t.data_ptr, plan.data_offset + e.begin, e.nbytes)
+                                       for e, t in cpu], min(16, os.cpu_count() or 1))
+        for device, group in devices.items():
+            group.sort(key=lambda et: et[1].data_ptr)
+            base = group[0][1].data_ptr
+            pieces = [(plan.data_offset + e.begin, t.data_ptr - base, e.nbytes)
+                      for e, t in group]
+            alloc = get_device_allocator(device.type)
+            alloc.copy_file_to_device(base, f.fileno(), pieces, device.index, gaps=False)
+        check_unchanged(plan, f)
+
+
+def load_into(plan: CheckpointPlan, into: object, strict: bool,
+              progress: Progress | None) -> IncompatibleKeys:
+    """Fill the tensors of ``into`` (a mapping of name -> TensorPtr, NumPy array, or a
+    DLPack / CUDA Array Interface tensor) from ``plan``; see :func:`etptr.load_safetensors`.
+
+    Raises
+    ------
+    CheckpointError
+        ``into`` is not a mapping; with ``strict``, names only one side has; a target
+        whose shape, dtype, layout or writability does not fit, or that cannot be read in
+        place (before any byte moves); a file that changed or could not be read part way
+        (the message says which targets were written by then).
+    NotFoundError
+        A target on a device without a registered allocator.
+    """
+    if not isinstance(into, Mapping):
+        raise CheckpointError(f"into: expected a mapping of tensor name -> tensor (a model's "
+                              f"state_dict()), got {type(into).__name__}")
+    if not isinstance(strict, bool):
+        raise CheckpointError(f"strict={strict!r} is not a bool")
+    have = set(plan.names)
+    missing = sorted(k for k in into if k not in have)
+    unexpected = [n for n in plan.names if n not in into]
+    if strict and (missing or unexpected):
+        parts = []
+        if missing:
+            parts.append(f"missing from the checkpoint: {_listed(missing)}")
+        if unexpected:
+            parts.append(f"not in into: {_listed(unexpected)}")
+        raise CheckpointError("load into existing tensors (strict=True): "
+                              + "; ".join(parts) + "; pass strict=False to load the rest")
+    work: list[tuple[FilePlan, list[tuple[TensorEntry, TensorPtr]]]] = []
+    for f in plan.files:
+        pairs = []
+        for e in f.tensors:
+            if e.name in into:
+                t = as_tensor_ptr(into[e.name], e.name)
+                _check_target(e, t)
+                pairs.append((e, t))
+        if pairs:
+            work.append((f, pairs))
+    total = sum(e.nbytes for _, pairs in work for e, _ in pairs)
+    done = 0
+    written: list[str] = []
+    for f, pairs in work:
+        try:
+            _fill_file(f, pairs)
+        except (CheckpointError, OSError, EOFError) as exc:
+            said = (f"the targets of earlier files were written ({_listed(written)})"
+                    if written else "no earlier target was written")
+            raise CheckpointError(f"{f.path}: reading into existing tensors failed ({exc}); "
+                                  f"its targets may hold part of their data; {said}") from None
+        written.extend(e.name for e, _ in pairs)
+        done += sum(e.nbytes for e, _ in pairs)
+        if progress is not None:
+            progress(done, total)
+    if progress is not None and done == 0:
+        progress(0, total)
+    return IncompatibleKeys(missing, unexpected)

@@ -1,0 +1,138 @@
+"""Which bytes of a tensor a slice needs: NumPy-style indexing turned into byte runs.
+
+A tensor of a safetensors file lies in row-major order. An index (ints, slices with a
+positive step, one ``...``) selects a box of it; the bytes of the box are runs of equal
+length at computed offsets: one run when the box is a row-major block (a slice of the
+leading dim, ``[a:b]``), one run per row for a column block (``[:, a:b]``), one per
+element for steps in the last dim. The runs, read in order, are the slice's elements in
+row-major order, so they can be read straight into the result: nothing else of the
+tensor is read.
+
+The indexing rules are NumPy's, which ``safetensors``' ``get_slice`` follows, with two
+differences where that library fails: slice bounds past a dim's end clip as in NumPy
+(``[5:]`` of a dim of 2 is empty; ``safetensors`` raises), and negative slice bounds count
+from the end as in NumPy (``safetensors`` 0.8 raises OverflowError). Like ``safetensors``,
+and unlike NumPy, ``None``, lists, arrays, booleans and negative steps are refused.
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from etptr.checkpoint._errors import CheckpointError
+
+__all__ = ["SliceRuns", "slice_runs"]
+
+
+@dataclass(frozen=True)
+class SliceRuns:
+    """The bytes a slice reads.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The result's sizes (dims indexed by an int are dropped).
+    offsets : numpy.ndarray of int64, one per run
+        Byte offsets of the runs from the tensor's first byte, in the order their bytes
+        go into the result.
+    run_bytes : int
+        Bytes of each run (0 when the result is empty).
+    """
+
+    shape: tuple[int, ...]
+    offsets: npt.NDArray[np.int64]
+    run_bytes: int
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the result."""
+        return int(self.offsets.size) * self.run_bytes
+
+
+def _dims(index: Any, shape: tuple[int, ...], name: str) -> list[tuple[int, int, int, bool]]:
+    """``(start, count, step, kept)`` per dim of ``shape`` for ``index``."""
+    items = index if isinstance(index, tuple) else (index,)
+    if sum(1 for i in items if i is Ellipsis) > 1:
+        raise CheckpointError(f"tensor {name!r}: an index may hold one '...' only")
+    explicit = sum(1 for i in items if i is not Ellipsis)
+    if explicit > len(shape):
+        raise CheckpointError(f"tensor {name!r}: {explicit} indices for a tensor of "
+                              f"{len(shape)} dims (shape {list(shape)})")
+    expanded: list[Any] = []
+    for i in items:
+        if i is Ellipsis:
+            expanded.extend([slice(None)] * (len(shape) - explicit))
+        else:
+            expanded.append(i)
+    expanded.extend([slice(None)] * (len(shape) - len(expanded)))
+    out = []
+    for dim, (i, d) in enumerate(zip(expanded, shape)):
+        if isinstance(i, slice):
+            try:
+                start, stop, step = i.indices(d)
+            except TypeError:
+                raise CheckpointError(f"tensor {name!r}: dim {dim}: slice {i!r} is not made of "
+                                      f"ints") from None
+            if step <= 0:
+                raise CheckpointError(f"tensor {name!r}: dim {dim}: step {step} of {i!r}; "
+                                      f"slices read with positive steps only")
+            out.append((start, len(range(start, stop, step)), step, True))
+            continue
+        if isinstance(i, (bool, np.bool_)) or i is None:
+            raise CheckpointError(f"tensor {name!r}: dim {dim}: index {i!r} is not supported "
+                                  f"(ints, slices and one '...')")
+        try:
+            k = operator.index(i)
+        except TypeError:
+            raise CheckpointError(f"tensor {name!r}: dim {dim}: index {i!r:.60} is not "
+                                  f"supported (ints, slices and one '...')") from None
+        if not -d <= k < d:
+            raise CheckpointError(f"tensor {name!r}: dim {dim}: index {k} is out of range for "
+                                  f"size {d}")
+        out.append((k % d, 1, 1, False))
+    return out
+
+
+def slice_runs(index: Any, shape: tuple[int, ...], element_size: int, name: str) -> SliceRuns:
+    """The runs of bytes that ``tensor[index]`` reads from a row-major tensor of ``shape``
+    with elements of ``element_size`` bytes; ``name`` is the tensor's, for messages.
+
+    Raises
+    ------
+    CheckpointError
+        An index that is not ints, slices with positive steps and one ``...``, an int out
+        of range, more indices than dims.
+    """
+    dims = _dims(index, shape, name)
+    result = tuple(count for _, count, _, kept in dims if kept)
+    if any(count == 0 for _, count, _, _ in dims):
+        return SliceRuns(result, np.zeros(0, np.int64), 0)
+    strides = [element_size] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    # the innermost dims taken whole form one block; the dim before them sets the runs
+    k = len(shape) - 1
+    while k >= 0 and dims[k][0] == 0 and dims[k][1] == shape[k] and dims[k][2] == 1:
+        k -= 1
+    if k < 0:
+        total = element_size * int(np.prod(shape, dtype=np.int64)) if shape else element_size
+        return SliceRuns(result, np.zeros(1, np.int64), total)
+    start_k, count_k, step_k, _ = dims[k]
+    if step_k == 1:
+        run_bytes = count_k * strides[k]
+        outer = range(k)
+    else:
+        run_bytes = strides[k]
+        outer = range(k + 1)
+    offsets = np.zeros(1, np.int64)
+    for i in outer:
+        start, count, step, _ = dims[i]
+        picks = (start + step * np.arange(count, dtype=np.int64)) * strides[i]
+        offsets = np.add.outer(offsets, picks).reshape(-1)
+    if step_k == 1:
+        offsets += start_k * strides[k]
+    return SliceRuns(result, offsets, run_bytes)
