@@ -202,7 +202,7 @@ _GOOD = etptr.ones([2])
     ({"bad\udc80": _GOOD}, "cannot be encoded as UTF-8"),
     ({"ok": _GOOD, "arr": [1.0, 2.0]}, "tensor 'arr': expected an etptr.TensorPtr, a NumPy "
                                        "array or a tensor speaking DLPack"),
-    ({"ok": _GOOD, "strided": np.ones(8)[::2]}, "tensor 'strided' .numpy.ndarray. cannot be "
+    ({"ok": _GOOD, "strided": np.ones(8)[::2]}, "tensor 'strided' (numpy.ndarray) cannot be "
                                                "read in place"),
     ({"c": etptr.make_tensor_ptr([1], bytes(8), type=ScalarType.ComplexFloat)},
      "tensor 'c': ScalarType.ComplexFloat has no safetensors dtype"),
