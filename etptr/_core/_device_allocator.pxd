@@ -37,10 +37,13 @@ cdef class FilePieces:
     cdef int64_t* file_offset
     cdef int64_t* dst_offset
     cdef int64_t* nbytes
+    cdef unsigned char* direct       # 1: read through the direct descriptor
     cdef int64_t count
+    cdef bint any_direct
 
 
 cdef FilePieces c_file_pieces(object pieces, object dst, object progress, object on_queued)
+cdef int c_direct_fd(object direct_fd, FilePieces fp) except -2
 cpdef DeviceAllocator c_get_allocator(int device_type)
 cdef DeviceAllocator c_allocator_for(int device_type, int index, str argname)
 cdef int c_registry_generation() noexcept

@@ -23,12 +23,13 @@ class DeviceAllocator:
         self,
         dst: int,
         fd: int,
-        pieces: Iterable[tuple[int, int, int]],
+        pieces: Iterable[tuple[int, int, int] | tuple[int, int, int, bool]],
         index: int,
         *,
         progress: Callable[[int], object] | None = None,
         on_queued: Callable[[], object] | None = None,
         gaps: bool = True,
+        direct_fd: int = -1,
     ) -> None: ...
 
 @final

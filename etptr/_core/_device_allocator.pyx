@@ -174,7 +174,7 @@ cdef class DeviceAllocator:
         return None
 
     def copy_file_to_device(self, dst, fd, pieces, index, *, progress=None, on_queued=None,
-                            gaps=True):
+                            gaps=True, direct_fd=-1):
         """Copy byte ranges of an open file into device memory (the checkpoint loader's
         upload: :func:`etptr.load_safetensors` moves every file's tensors this way).
 
@@ -189,9 +189,14 @@ cdef class DeviceAllocator:
         ----------
         dst : int, device address the offsets count from
         fd : int, a file descriptor open for reading
-        pieces : sequence of (file_offset, dst_offset, nbytes), ints in bytes;
+        pieces : sequence of (file_offset, dst_offset, nbytes[, direct]), ints in bytes;
             ``dst_offset`` increasing and pieces not overlapping on the device side;
-            pieces of 0 bytes are skipped
+            pieces of 0 bytes are skipped; a piece marked ``direct`` is read through
+            ``direct_fd``
+        direct_fd : int, optional
+            The same file opened with ``O_DIRECT``, for the pieces marked direct (the
+            copy threads read them in aligned blocks through their bounce buffers: the
+            page cache is neither read nor filled); required when a piece is marked.
         gaps : bool, default True
             True: the device bytes between pieces are the caller's, and may be
             overwritten with unspecified values (an override may move the range from
@@ -222,8 +227,9 @@ cdef class DeviceAllocator:
         """
         cdef FilePieces fp = c_file_pieces(pieces, dst, progress, on_queued)
         cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
+        cdef int df = c_direct_fd(direct_fd, fp)
         cdef int dev = self.c_resolve_index(<int>c_int_arg(index, "index", -1, 127))
-        _copy_file_generic(self, <uintptr_t>c_count_arg(dst, "dst"), f, fp, dev, progress)
+        _copy_file_generic(self, <uintptr_t>c_count_arg(dst, "dst"), f, df, fp, dev, progress)
         if on_queued is not None:
             on_queued()
 
@@ -312,6 +318,7 @@ cdef class FilePieces:
         free(self.file_offset)
         free(self.dst_offset)
         free(self.nbytes)
+        free(self.direct)
 
 
 cdef FilePieces c_file_pieces(object pieces, object dst, object progress, object on_queued):
@@ -330,14 +337,17 @@ cdef FilePieces c_file_pieces(object pieces, object dst, object progress, object
     fp.file_offset = <int64_t*>malloc((count + 1) * sizeof(int64_t))
     fp.dst_offset = <int64_t*>malloc((count + 1) * sizeof(int64_t))
     fp.nbytes = <int64_t*>malloc((count + 1) * sizeof(int64_t))
-    if fp.file_offset == NULL or fp.dst_offset == NULL or fp.nbytes == NULL:
+    fp.direct = <unsigned char*>malloc(count + 1)
+    if fp.file_offset == NULL or fp.dst_offset == NULL or fp.nbytes == NULL or \
+            fp.direct == NULL:
         raise MemoryError()
     for i in range(count):
         item = items[i]
-        if not isinstance(item, (tuple, list)) or len(item) != 3:
+        if not isinstance(item, (tuple, list)) or len(item) not in (3, 4):
             raise_error(Error.InvalidArgument, f"pieces[{i}]={item!r:.80}: expected "
-                                               f"(file_offset, dst_offset, nbytes)")
-        a, b, c = item
+                                               f"(file_offset, dst_offset, nbytes[, direct])")
+        a, b, c = item[0], item[1], item[2]
+        d = len(item) == 4 and bool(item[3])
         o = c_count_arg(a, f"pieces[{i}].file_offset")
         at = c_count_arg(b, f"pieces[{i}].dst_offset")
         n = c_count_arg(c, f"pieces[{i}].nbytes")
@@ -352,6 +362,8 @@ cdef FilePieces c_file_pieces(object pieces, object dst, object progress, object
         fp.file_offset[fp.count] = o
         fp.dst_offset[fp.count] = at
         fp.nbytes[fp.count] = n
+        fp.direct[fp.count] = d
+        fp.any_direct = fp.any_direct or d
         end = at + n
         fp.count += 1
     if fp.count and c_count_arg(dst, "dst") == 0:
@@ -362,8 +374,17 @@ cdef FilePieces c_file_pieces(object pieces, object dst, object progress, object
 cdef int64_t _STAGING_BYTES = 64 << 20     # the generic upload's staging buffer, at most
 
 
-cdef int _copy_file_generic(DeviceAllocator alloc, uintptr_t dst, int fd, FilePieces fp,
-                            int index, object progress) except -1:
+cdef int c_direct_fd(object direct_fd, FilePieces fp) except -2:
+    """``direct_fd`` checked: a descriptor when a piece is marked direct, else -1 or one."""
+    cdef int df = <int>c_int_arg(direct_fd, "direct_fd", -1, 1 << 30)
+    if fp.any_direct and df < 0:
+        raise_error(Error.InvalidArgument, "pieces marked direct need direct_fd, the file "
+                                           "opened with O_DIRECT")
+    return df
+
+
+cdef int _copy_file_generic(DeviceAllocator alloc, uintptr_t dst, int fd, int direct_fd,
+                            FilePieces fp, int index, object progress) except -1:
     """The default :meth:`DeviceAllocator.copy_file_to_device`: groups of pieces read into
     a staging buffer by the copy threads, each group one batched copy up."""
     cdef int64_t total = 0, done = 0, used, i = 0, j, k, part, start, rc
@@ -396,7 +417,8 @@ cdef int _copy_file_generic(DeviceAllocator alloc, uintptr_t dst, int fd, FilePi
                 segs[k].dst = <char*>(base + <uintptr_t>used)
                 segs[k].src = <const char*><uintptr_t>start
                 segs[k].n = part
-                segs[k].fd = fd
+                segs[k].direct = fp.direct[i]
+                segs[k].fd = direct_fd if fp.direct[i] else fd
                 dsts[k] = dst + <uintptr_t>(fp.dst_offset[i] + offset)
                 srcs[k] = base + <uintptr_t>used
                 lens[k] = part

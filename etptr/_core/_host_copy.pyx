@@ -25,7 +25,7 @@ makes new ones. No CUDA here.
 """
 import os
 
-from libc.errno cimport EINTR, EOVERFLOW, errno
+from libc.errno cimport EINTR, ENOMEM, EOVERFLOW, errno
 from libc.stdint cimport INT64_MAX, int64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
@@ -161,6 +161,43 @@ cdef inline void _copy(char* dst, const char* src, long long n, bint nontemporal
         memcpy(dst, src, <size_t>n)
 
 
+cdef void _read_direct(_Job* job, const Segment* seg, long long off, long long m) noexcept nogil:
+    """Bytes [off, off+m) of a segment of a file opened with O_DIRECT: whole aligned blocks
+    read into the thread's bounce buffer, the wanted bytes copied out."""
+    cdef char* dst = seg.dst + off
+    cdef long long at = <long long><uintptr_t>seg.src + off
+    cdef char* buf = etptr_bounce(READ_BOUNCE_MAX)
+    cdef long long start, want, skip, got, take
+    cdef ssize_t r
+    if buf == NULL:
+        etptr_atomic_set_if_zero(&job.error, ENOMEM)
+        return
+    while m > 0:
+        if etptr_atomic_load(&job.error) != 0:
+            return
+        start = at & ~(<long long>DIRECT_ALIGN - 1)
+        skip = at - start
+        want = skip + m
+        if want > READ_BOUNCE_MAX:
+            want = READ_BOUNCE_MAX
+        want = (want + DIRECT_ALIGN - 1) & ~(<long long>DIRECT_ALIGN - 1)
+        r = pread(seg.fd, buf, <size_t>want, start)
+        if r < 0 and errno == EINTR:
+            continue
+        if r < 0:
+            etptr_atomic_set_if_zero(&job.error, errno)
+            return
+        got = r - skip                  # the bytes of this read past ``at`` (a short read
+        if got <= 0:                    # at the end of the file is its tail)
+            etptr_atomic_set_if_zero(&job.error, -1)
+            return
+        take = got if got < m else m
+        _copy(dst, buf + skip, take, job.nontemporal)
+        dst += take
+        at += take
+        m -= take
+
+
 cdef void _read(_Job* job, const Segment* seg, long long off, long long m) noexcept nogil:
     """Bytes [off, off+m) of a file segment, read into its destination."""
     cdef char* dst = seg.dst + off
@@ -189,7 +226,9 @@ cdef void _read(_Job* job, const Segment* seg, long long off, long long m) noexc
 
 
 cdef inline void _move(_Job* job, const Segment* seg, long long off, long long m) noexcept nogil:
-    if seg.fd >= 0:
+    if seg.fd >= 0 and seg.direct:
+        _read_direct(job, seg, off, m)
+    elif seg.fd >= 0:
         _read(job, seg, off, m)
     else:
         _copy(seg.dst + off, seg.src + off, m, job.nontemporal)
@@ -423,6 +462,7 @@ cdef void c_par_copy(char* dst, const char* src, long long n, int threads,
     seg.src = src
     seg.n = n
     seg.fd = -1
+    seg.direct = False
     job.error = 0
     job.segs = &seg
     job.nsegs = 1
@@ -537,7 +577,7 @@ def parallel_copy(dst, src, nbytes, threads, nontemporal=False, pieces=1):
 
 
 cdef int _run_segments(object segments, int fd, object threads, bint nontemporal,
-                       object pieces, object read_bounce) except? -2:
+                       object pieces, object read_bounce, bint direct=False) except? -2:
     """Copy (``fd`` -1) or read (from ``fd``) every ``(dst, src or file offset, nbytes)``
     of ``segments`` as one job; the job's result (see :func:`c_par_copy_list`)."""
     cdef list items = list(segments)          # read once: its length is what is copied
@@ -558,6 +598,7 @@ cdef int _run_segments(object segments, int fd, object threads, bint nontemporal
             segs[i].src = <const char*><uintptr_t>c_count_arg(s, f"segments[{i}].{what}")
             segs[i].n = c_count_arg(m, f"segments[{i}].nbytes")
             segs[i].fd = fd
+            segs[i].direct = direct and fd >= 0
             if segs[i].n and (segs[i].dst == NULL or (fd < 0 and segs[i].src == NULL)):
                 raise_error(Error.InvalidArgument, f"segments[{i}]: a null address")
             if segs[i].n > INT64_MAX - total:
@@ -579,14 +620,15 @@ def parallel_copy_list(segments, threads, nontemporal=False, pieces=1):
 
 
 def parallel_read(fd, segments, threads, pieces=FILL_PIECES, nontemporal=False,
-                  read_bounce=0):
+                  read_bounce=0, direct=False):
     """Read every ``(dst, file_offset, nbytes)`` of ``segments`` from the open file
     ``fd`` into host addresses, with up to ``threads`` threads, as one job in
     ``pieces`` pieces per thread (the loader's reads: FILL_PIECES); ``nontemporal``
     with ``read_bounce`` bytes (at most READ_BOUNCE_MAX): through that much of each
     thread's bounce buffer, copied out with non-temporal stores (by the thread, as
     :func:`parallel_copy` copies: a destination that is not writable memory faults
-    instead of failing the read with EFAULT). For tests and probes.
+    instead of failing the read with EFAULT); ``direct``: ``fd`` was opened with
+    O_DIRECT, and each read goes through the bounce buffer in aligned blocks.
 
     Raises
     ------
@@ -596,7 +638,7 @@ def parallel_read(fd, segments, threads, pieces=FILL_PIECES, nontemporal=False,
         The file ended before a segment did.
     """
     cdef int rc = _run_segments(segments, <int>c_int_arg(fd, "fd", 0, 1 << 30), threads,
-                                nontemporal, pieces, read_bounce)
+                                nontemporal, pieces, read_bounce, direct)
     if rc == -1:
         raise EOFError("the file ended before the bytes to read did")
     if rc != 0:

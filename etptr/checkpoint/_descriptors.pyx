@@ -22,6 +22,7 @@ import secrets
 cdef extern from "<fcntl.h>" nogil:
     int c_open "open"(const char* path, int flags, ...)
     enum:
+        O_DIRECT
         O_RDONLY
         O_RDWR
         O_CREAT
@@ -33,6 +34,18 @@ cdef extern from "<unistd.h>" nogil:
     int close(int fd)
     int unlink(const char* path)
     int fsync(int fd)
+    long sysconf(int name)
+    enum:
+        _SC_PAGESIZE
+
+cdef extern from "<sys/mman.h>" nogil:
+    void* mmap(void* addr, size_t length, int prot, int flags, int fd, long long offset)
+    int munmap(void* addr, size_t length)
+    int mincore(void* addr, size_t length, unsigned char* vec)
+    enum:
+        PROT_READ
+        MAP_SHARED
+    void* MAP_FAILED
 
 
 cdef int _open(bytes path, int flags, int mode) noexcept:
@@ -53,16 +66,19 @@ cdef object _os_error(object path):
 
 @cython.final
 cdef class ReadOnlyFile:
-    """ReadOnlyFile(path)
+    """ReadOnlyFile(path, direct=False)
 
     ``path`` opened read-only (``O_CLOEXEC``; ``O_NONBLOCK``, so that a path that has
-    become a FIFO does not block the open); closed by :meth:`close`, at the end of a
-    ``with`` block, or when the object dies.
+    become a FIFO does not block the open); ``direct``: with ``O_DIRECT`` too (reads then
+    bypass the page cache and must be aligned: see the host copy threads' direct
+    segments). Closed by :meth:`close`, at the end of a ``with`` block, or when the
+    object dies.
 
     Raises
     ------
     OSError
-        The open failed (``FileNotFoundError``, ``PermissionError`` ...).
+        The open failed (``FileNotFoundError``, ``PermissionError``; ``EINVAL`` where
+        the file system takes no ``O_DIRECT``).
     ValueError
         ``path`` holds a NUL byte.
     """
@@ -72,13 +88,46 @@ cdef class ReadOnlyFile:
     def __cinit__(self):
         self.fd = -1
 
-    def __init__(self, path):
+    def __init__(self, path, bint direct=False):
         self.path = os.fsencode(path)
         if b"\0" in self.path:
             raise ValueError(f"{path!r}: a path may not hold a NUL byte")
-        self.fd = _open(self.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK, 0)
+        self.fd = _open(self.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK |
+                        (O_DIRECT if direct else 0), 0)
         if self.fd < 0:
             raise _os_error(self.path)
+
+    def resident(self, long long offset, long long length):
+        """Which pages of bytes ``[offset, offset + length)`` of the file are in the page
+        cache now (``mincore`` over a map of the range, whose pages are not touched):
+        ``(first_page_offset, page_bytes, bytes of 0/1 per page)``.
+
+        Raises
+        ------
+        OSError
+            The map or ``mincore`` failed.
+        """
+        cdef long long page = sysconf(_SC_PAGESIZE)
+        cdef long long start = offset - offset % page
+        cdef long long span = offset + length - start
+        cdef long long pages = (span + page - 1) // page
+        cdef void* addr
+        cdef int rc
+        out = bytearray(pages)
+        cdef unsigned char[::1] vec = out
+        if pages == 0:
+            return start, page, bytes(out)
+        addr = mmap(NULL, <size_t>span, PROT_READ, MAP_SHARED, self.fd, start)
+        if addr == MAP_FAILED:
+            raise _os_error(self.path)
+        rc = mincore(addr, <size_t>span, &vec[0])
+        err = errno
+        munmap(addr, <size_t>span)
+        if rc != 0:
+            raise OSError(err, os.strerror(err), os.fsdecode(self.path))
+        for i in range(pages):
+            vec[i] &= 1
+        return start, page, bytes(out)
 
     def fileno(self):
         """The descriptor (-1 once closed)."""

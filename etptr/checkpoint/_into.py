@@ -12,19 +12,22 @@ place).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from etptr._core._device_allocator import get_device_allocator
 from etptr._core._error import NotFoundError
 from etptr._core._host_copy import parallel_read
 from etptr._core._tensor_ptr import TensorPtr
+from etptr.checkpoint._descriptors import ReadOnlyFile
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._file import check_unchanged, open_checked
 from etptr.checkpoint._format import DTYPE_NAMES, FilePlan, TensorEntry
 from etptr.checkpoint._frameworks import as_tensor_ptr
 from etptr.checkpoint._plan import CheckpointPlan
 from etptr.checkpoint._progress import Progress
+from etptr.checkpoint._residency import direct_kw, read_pieces
 
 __all__ = ["IncompatibleKeys", "load_into"]
 
@@ -64,8 +67,9 @@ def _check_target(entry: TensorEntry, t: TensorPtr) -> None:
                             f"registered for it, so it cannot be written")
 
 
-def _fill_file(plan: FilePlan, pairs: list[tuple[TensorEntry, TensorPtr]]) -> None:
-    """Every pair's tensor read from ``plan``'s file into its target."""
+def _fill_file(plan: FilePlan, pairs: list[tuple[TensorEntry, TensorPtr]], read: str) -> None:
+    """Every pair's tensor read from ``plan``'s file into its target (buffered or direct
+    as ``read`` decides)."""
     cpu = [(e, t) for e, t in pairs if t.device.is_cpu() and e.nbytes]
     devices: dict[Any, list[tuple[TensorEntry, TensorPtr]]] = {}
     for e, t in pairs:
@@ -75,20 +79,42 @@ def _fill_file(plan: FilePlan, pairs: list[tuple[TensorEntry, TensorPtr]]) -> No
         return
     with open_checked(plan) as f:
         if cpu:
-            parallel_read(f.fileno(), [(t.data_ptr, plan.data_offset + e.begin, e.nbytes)
-                                       for e, t in cpu], min(16, os.cpu_count() or 1))
+            cpu.sort(key=lambda et: et[1].data_ptr)
+            base = cpu[0][1].data_ptr
+            split, direct = read_pieces(plan, f, [(plan.data_offset + e.begin,
+                                                   t.data_ptr - base, e.nbytes)
+                                                  for e, t in cpu], read)
+            with _closing(direct):
+                for use, flag in ((f, False), (direct, True)):
+                    segs = [(base + p[1], p[0], p[2]) for p in split
+                            if (len(p) == 4 and p[3]) == flag]
+                    if segs and use is not None:
+                        parallel_read(use.fileno(), segs, min(16, os.cpu_count() or 1),
+                                      direct=flag)
         for device, group in devices.items():
             group.sort(key=lambda et: et[1].data_ptr)
             base = group[0][1].data_ptr
-            pieces = [(plan.data_offset + e.begin, t.data_ptr - base, e.nbytes)
-                      for e, t in group]
+            pieces, direct = read_pieces(plan, f, [(plan.data_offset + e.begin,
+                                                    t.data_ptr - base, e.nbytes)
+                                                   for e, t in group], read)
             alloc = get_device_allocator(device.type)
-            alloc.copy_file_to_device(base, f.fileno(), pieces, device.index, gaps=False)
+            with _closing(direct):
+                alloc.copy_file_to_device(base, f.fileno(), pieces, device.index, gaps=False,
+                                          **direct_kw(direct))
         check_unchanged(plan, f)
 
 
+@contextmanager
+def _closing(f: ReadOnlyFile | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        if f is not None:
+            f.close()
+
+
 def load_into(plan: CheckpointPlan, into: object, strict: bool,
-              progress: Progress | None) -> IncompatibleKeys:
+              progress: Progress | None, read: str = "auto") -> IncompatibleKeys:
     """Fill the tensors of ``into`` (a mapping of name -> TensorPtr, NumPy array, or a
     DLPack / CUDA Array Interface tensor) from ``plan``; see :func:`etptr.load_safetensors`.
 
@@ -133,7 +159,7 @@ def load_into(plan: CheckpointPlan, into: object, strict: bool,
     written: list[str] = []
     for f, pairs in work:
         try:
-            _fill_file(f, pairs)
+            _fill_file(f, pairs, read)
         except (CheckpointError, OSError, EOFError) as exc:
             said = (f"the targets of earlier files were written ({_listed(written)})"
                     if written else "no earlier target was written")

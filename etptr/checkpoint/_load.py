@@ -49,6 +49,7 @@ from etptr.checkpoint._header_scan import offsets_aligned
 from etptr.checkpoint._into import load_into
 from etptr.checkpoint._layout import CopyRun, FileLayout, layout_file
 from etptr.checkpoint._plan import CheckpointPlan, PathsLike, _as_path, read_plan
+from etptr.checkpoint._residency import check_read, direct_kw, read_pieces
 from etptr.checkpoint._progress import Progress, ProgressArg, check_progress, reporter
 
 __all__ = ["load_safetensors"]
@@ -74,7 +75,30 @@ def _load_mapped(plan: CheckpointPlan, progress: Progress | None) -> dict[str, T
     return out
 
 
-def _load_pinned(plan: CheckpointPlan, progress: Progress | None) -> dict[str, TensorPtr]:
+def _read_host(plan: FilePlan, base: int, pieces: list[tuple[int, int, int]], read: str,
+               threads: int) -> None:
+    """The pieces ``(file_offset, dst_offset, nbytes)`` of the file read to host address
+    ``base`` + dst_offset by the copy threads (buffered or direct as ``read`` decides),
+    then the file checked unchanged."""
+    with open_checked(plan) as opened:
+        split, direct = read_pieces(plan, opened, pieces, read)
+        try:
+            for use, flag in ((opened, False), (direct, True)):
+                segs = [(base + p[1], p[0], p[2]) for p in split
+                        if (len(p) == 4 and p[3]) == flag]
+                if segs and use is not None:
+                    parallel_read(use.fileno(), segs, threads, direct=flag)
+        except (OSError, EOFError) as exc:
+            raise CheckpointError(f"{plan.path}: reading the data failed, the file "
+                                  f"changed while loading? ({exc})") from None
+        finally:
+            if direct is not None:
+                direct.close()
+        check_unchanged(plan, opened)
+
+
+def _load_pinned(plan: CheckpointPlan, progress: Progress | None,
+                 read: str) -> dict[str, TensorPtr]:
     layouts = [layout_file(f) for f in plan.files]
     # every block first: a missing CUDA allocator fails before any file is opened
     blocks = [empty([lay.nbytes], ScalarType.Byte, pinned=True) for lay in layouts]
@@ -87,15 +111,8 @@ def _load_pinned(plan: CheckpointPlan, progress: Progress | None) -> dict[str, T
     for f, lay, block in zip(plan.files, layouts, blocks):
         dst: Any = block.numpy()
         if lay.runs:
-            base = block.data_ptr
-            with open_checked(f) as opened:
-                try:
-                    parallel_read(opened.fileno(), [(base + r.buffer_offset, r.file_offset,
-                                                     r.nbytes) for r in lay.runs], threads)
-                except (OSError, EOFError) as exc:
-                    raise CheckpointError(f"{f.path}: reading the data failed, the file "
-                                          f"changed while loading? ({exc})") from None
-                check_unchanged(f, opened)
+            _read_host(f, block.data_ptr, [(r.file_offset, r.buffer_offset, r.nbytes)
+                                           for r in lay.runs], read, threads)
             done += f.nbytes
             if progress is not None:
                 progress(done, total)
@@ -144,7 +161,8 @@ def _early(path: Path) -> _Unchecked | FilePlan:
 
 
 def _file_to_device(source: FilePlan | _Unchecked, device: Device,
-                    advance: Callable[[int], None] | None) -> dict[str, TensorPtr] | FilePlan:
+                    advance: Callable[[int], None] | None,
+                    read: str) -> dict[str, TensorPtr] | FilePlan:
     """One file's tensors on ``device``, as views of one DeviceMemoryBuffer, or, for an
     unchecked file whose checked layout is not its data section, that plan (the buffer is
     given back; the caller loads it again as a checked file)."""
@@ -160,6 +178,7 @@ def _file_to_device(source: FilePlan | _Unchecked, device: Device,
     checked: list[FilePlan] = []
     views: list[TensorPtr] = []
     file: ReadOnlyFile | None = None
+    direct: ReadOnlyFile | None = None
     try:
         with DeviceMemoryBuffer.create(layout.nbytes, device, alignment=DEVICE_ALIGNMENT) as buf:
 
@@ -179,11 +198,13 @@ def _file_to_device(source: FilePlan | _Unchecked, device: Device,
                 read_then_view()
             else:
                 file = open_checked(opened)
-                pieces = [(r.file_offset, r.buffer_offset, r.nbytes) for r in layout.runs]
+                pieces, direct = read_pieces(
+                    opened, file, [(r.file_offset, r.buffer_offset, r.nbytes)
+                                   for r in layout.runs], read)
                 try:
-                    buf.allocator.copy_file_to_device(buf.data_ptr, file.fileno(), pieces,
-                                                      buf.device.index, progress=advance,
-                                                      on_queued=read_then_view)
+                    buf.allocator.copy_file_to_device(
+                        buf.data_ptr, file.fileno(), pieces, buf.device.index,
+                        progress=advance, on_queued=read_then_view, **direct_kw(direct))
                 except (OSError, EOFError) as exc:
                     raise CheckpointError(f"{opened.path}: reading the data failed, the file "
                                           f"changed while loading? ({exc})") from None
@@ -203,10 +224,12 @@ def _file_to_device(source: FilePlan | _Unchecked, device: Device,
     finally:
         if file is not None:
             file.close()
+        if direct is not None:
+            direct.close()
 
 
 def _load_to_device(sources: list[FilePlan | _Unchecked], device: Device,
-                    progress: Progress | None) -> dict[str, TensorPtr]:
+                    progress: Progress | None, read: str = "auto") -> dict[str, TensorPtr]:
     """Every tensor of ``sources`` (checked plans, or one unchecked lone file) on
     ``device``, one device buffer per file, through the device's registered allocator.
 
@@ -237,9 +260,9 @@ def _load_to_device(sources: list[FilePlan | _Unchecked], device: Device,
 
     try:
         for source in sources:
-            got = _file_to_device(source, device, advance_by(done))
+            got = _file_to_device(source, device, advance_by(done), read)
             if isinstance(got, FilePlan):
-                got = _file_to_device(got, device, advance_by(done))
+                got = _file_to_device(got, device, advance_by(done), read)
             assert isinstance(got, dict)
             out.update(got)
             done += source.nbytes
@@ -261,7 +284,7 @@ def _device_arg(device: object) -> Device:
 def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda:0", *,
                      names: Iterable[str] | None = None, progress: ProgressArg = None,
                      pinned: bool = False, framework: str = "etptr", into: Any = None,
-                     strict: bool = True) -> Any:
+                     strict: bool = True, read: str = "auto") -> Any:
     """Load a safetensors checkpoint as TensorPtrs (or as torch, NumPy or CuPy tensors), or
     into tensors that already exist.
 
@@ -306,6 +329,14 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
     strict : bool, default True
         With ``into``: a name only one side has is an error (before any byte moves), as
         in torch's ``load_state_dict``; False loads the names both have.
+    read : str, default ``"auto"``
+        How the files are read (onto a device, with ``pinned=True`` and with ``into``;
+        ``"cpu"`` views map the file): ``"auto"`` reads the pages the page cache holds
+        from it and the others straight from the storage (``O_DIRECT``, many reads in
+        flight), decided by the pages resident when the load starts, so a load adds
+        nothing to the cache; ``"buffered"`` reads everything through the page cache
+        (and leaves the file in it, for the next load); ``"direct"`` reads everything
+        with ``O_DIRECT``. A file system that takes no ``O_DIRECT`` is read buffered.
 
     Returns
     -------
@@ -362,14 +393,16 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
     ((2, 3), 'Float', True)
     """
     fw = check_framework(framework)
+    mode = check_read(read)
     if into is not None:
         plan = read_plan(paths)
         if names is not None:
             plan = plan.select(names)
         with reporter(check_progress(progress), plan.nbytes, "loading in place") as report:
-            return load_into(plan, into, strict, report)
+            return load_into(plan, into, strict, report, mode)
     if fw != "etptr":
-        out = load_safetensors(paths, device, names=names, progress=progress, pinned=pinned)
+        out = load_safetensors(paths, device, names=names, progress=progress, pinned=pinned,
+                               read=mode)
         return {k: to_framework(v, fw, k) for k, v in out.items()}
     dev = _device_arg(device)
     if not isinstance(pinned, bool):
@@ -389,7 +422,8 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
             plan = plan.select(names)
         if dev.is_cpu():
             with reporter(checked, plan.nbytes, "loading to cpu") as report:
-                return _load_pinned(plan, report) if pinned else _load_mapped(plan, report)
+                return _load_pinned(plan, report, mode) if pinned else \
+                    _load_mapped(plan, report)
         sources = list(plan.files)
     with reporter(checked, sum(s.nbytes for s in sources), f"loading to {dev}") as report:
-        return _load_to_device(sources, dev, report)
+        return _load_to_device(sources, dev, report, mode)

@@ -64,12 +64,13 @@ class CudaAllocator(DeviceAllocator):
         self,
         dst: int,
         fd: int,
-        pieces: Iterable[tuple[int, int, int]],
+        pieces: Iterable[tuple[int, int, int] | tuple[int, int, int, bool]],
         index: int,
         *,
         progress: Callable[[int], object] | None = None,
         on_queued: Callable[[], object] | None = None,
         gaps: bool = True,
+        direct_fd: int = -1,
         stream: _Stream | None = None,
     ) -> None: ...
     def allocate_host(self, nbytes: int, index: int) -> PinnedBlock | None: ...

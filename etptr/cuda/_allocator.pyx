@@ -18,7 +18,8 @@ from libc.stdint cimport int64_t, uintptr_t
 
 from etptr._core._args cimport c_count_arg, c_int_arg
 from etptr._core._codes cimport DEVICE_ALIGNMENT_BYTES
-from etptr._core._device_allocator cimport DeviceAllocator, FilePieces, c_file_pieces
+from etptr._core._device_allocator cimport (
+    DeviceAllocator, FilePieces, c_direct_fd, c_file_pieces)
 from etptr._core._error cimport raise_error
 from etptr.cuda._batch cimport c_d2h_batch, c_h2d_batch, c_h2d_file
 from etptr.cuda._copy_engine cimport CopyConfig, c_config, c_d2h, c_h2d
@@ -340,7 +341,7 @@ cdef class CudaAllocator(DeviceAllocator):
         return 0
 
     def copy_file_to_device(self, dst, fd, pieces, index, *, progress=None, on_queued=None,
-                            gaps=True, stream=None):
+                            gaps=True, direct_fd=-1, stream=None):
         """Copy pieces of an open file to device memory on device ``index``, as one
         pipelined copy whose copy threads read the file (``pread``) straight into the
         pinned slots while the previous slot's DMA runs (the page cache is copied once;
@@ -373,6 +374,7 @@ cdef class CudaAllocator(DeviceAllocator):
         cdef CopyConfig cfg
         cdef FilePieces fp = c_file_pieces(pieces, dst, progress, on_queued)
         cdef int f = <int>c_int_arg(fd, "fd", 0, 1 << 30)
+        cdef int df = c_direct_fd(direct_fd, fp)
         cdef int dev
         if on_queued is not None and stream is not None:
             raise_error(Error.InvalidArgument,
@@ -381,7 +383,7 @@ cdef class CudaAllocator(DeviceAllocator):
         dev = self._index(index, "CudaAllocator.copy_file_to_device")
         c_config(&cfg, None, None, None, None)
         c_h2d_file(<uintptr_t>c_count_arg(dst, "dst"), f, fp, dev, stream, &cfg, progress,
-                   on_queued, bool(gaps))
+                   on_queued, bool(gaps), df)
 
     def allocate_host(self, nbytes, index):
         """A block of page-locked host memory from the process-wide

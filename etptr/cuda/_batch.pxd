@@ -9,4 +9,5 @@ cdef int c_h2d_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* 
 cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* n, int64_t count,
                      int dev, object stream, CopyConfig* cfg, int facts) except -1
 cdef int c_h2d_file(uintptr_t dst, int fd, FilePieces fp, int dev, object stream,
-                    CopyConfig* cfg, object progress, object on_queued, bint gaps) except -1
+                    CopyConfig* cfg, object progress, object on_queued, bint gaps,
+                    int direct_fd) except -1

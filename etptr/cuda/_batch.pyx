@@ -166,7 +166,7 @@ cdef bint _same_layout(const uintptr_t* a, const uintptr_t* b, int64_t count) no
 
 cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, int64_t count,
                  int d, intptr_t s, bint h2d, bint sync, CopyConfig* cfg, int fd, int facts,
-                 object progress) except -1:
+                 object progress, const unsigned char* direct=NULL, int direct_fd=-1) except -1:
     """Pieces whose device sides lie in one range: one pipelined copy of the range. With
     ``fd >= 0`` (uploads) the host sides are byte offsets in that open file. An upload
     writes the gaps between pieces (their bytes are the caller's: see the module's
@@ -195,6 +195,8 @@ cdef int _ranged(const uintptr_t* dev, const uintptr_t* host, const int64_t* n, 
         L.n = count
         L.fd = fd
         L.dev = NULL
+        L.direct = direct
+        L.direct_fd = direct_fd
         c_staged(base, 0, &L, span, d, s, h2d, sync or not h2d, cfg, progress)
     finally:
         free(starts)
@@ -212,7 +214,8 @@ cdef bint _page_locked_range(const uintptr_t* host, int64_t count, int facts) ex
 
 cdef int _scattered(const uintptr_t* dev, const uintptr_t* host, const int64_t* n,
                     int64_t count, int d, intptr_t s, bint h2d, CopyConfig* cfg, int fd,
-                    object progress) except -1:
+                    object progress, const unsigned char* direct=NULL,
+                    int direct_fd=-1) except -1:
     """Large pieces with pageable host sides and scattered device sides: one pipelined
     copy of their bytes packed in order, each chunk's DMA one per piece it holds (a
     piece alone would be a short pipeline of its own, whose fixed costs the next piece
@@ -234,6 +237,8 @@ cdef int _scattered(const uintptr_t* dev, const uintptr_t* host, const int64_t* 
         L.n = count
         L.fd = fd
         L.dev = dev
+        L.direct = direct
+        L.direct_fd = direct_fd
         c_staged(0, 0, &L, total, d, s, h2d, not h2d, cfg, progress)
     finally:
         free(starts)
@@ -428,7 +433,8 @@ cdef int c_d2h_batch(const uintptr_t* dst, const uintptr_t* src, const int64_t* 
 
 
 cdef int c_h2d_file(uintptr_t dst, int fd, FilePieces fp, int dev, object stream,
-                    CopyConfig* cfg, object progress, object on_queued, bint gaps) except -1:
+                    CopyConfig* cfg, object progress, object on_queued, bint gaps,
+                    int direct_fd) except -1:
     """Copy the pieces ``fp`` of the open file ``fd`` to device memory at ``dst`` on
     ``dev`` (a checked index). One pipelined copy: the copy threads read the file into
     the pinned slots with ``pread`` (the page cache is copied once; no map of the file is
@@ -440,7 +446,9 @@ cdef int c_h2d_file(uintptr_t dst, int fd, FilePieces fp, int dev, object stream
     with the pieces' bytes moved so far every few slots. ``stream`` None: ``on_queued()``
     (if given) runs once the whole file has been read, while the last DMAs run, outside
     the device's context; the copy is complete when this returns, also when it raised.
-    A stream: queued on it.
+    A stream: queued on it. The pieces ``fp`` marks direct are read through ``direct_fd``
+    (the file opened with O_DIRECT), in aligned blocks through the copy threads' bounce
+    buffers.
 
     Raises
     ------
@@ -474,10 +482,12 @@ cdef int c_h2d_file(uintptr_t dst, int fd, FilePieces fp, int dev, object stream
             c_check_device_range(devs[0], <int64_t>(devs[count - 1] - devs[0]) +
                                  fp.nbytes[count - 1], "dst")
             _ranged(devs, <const uintptr_t*>fp.file_offset, fp.nbytes, count, dev, s, True,
-                    False, cfg, fd, BATCH_PADDED, progress)
+                    False, cfg, fd, BATCH_PADDED, progress,
+                    fp.direct if fp.any_direct else NULL, direct_fd)
         else:
             _scattered(devs, <const uintptr_t*>fp.file_offset, fp.nbytes, count, dev, s,
-                       True, cfg, fd, progress)
+                       True, cfg, fd, progress, fp.direct if fp.any_direct else NULL,
+                       direct_fd)
     finally:
         c_exit_device(&guard)
         free(devs)

@@ -23,6 +23,10 @@ cdef struct HostList:
     int64_t n
     int fd
     const uintptr_t* dev
+    # With ``direct`` not NULL, piece i with direct[i] set is read through ``direct_fd``
+    # (the file opened with O_DIRECT) instead of ``fd``.
+    const unsigned char* direct
+    int direct_fd
 
 
 cdef int c_config(CopyConfig* cfg, object threads, object slot_bytes, object slots,

@@ -377,6 +377,7 @@ cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
         end += 1
     segs = <Segment*>malloc((end - lo + 1) * sizeof(Segment))
     one.fd = L.fd if h2d else -1
+    one.direct = False
     for i in range(lo, end):
         a = L.starts[i] if L.starts[i] > off else off
         b = L.starts[i] + L.lens[i]
@@ -387,6 +388,9 @@ cdef int _move_pieces(_Pipe* p, char* slot, int64_t off, int64_t m, bint h2d,
         if h2d:
             one.dst = slot + (a - off)
             one.src = L.host[i] + (a - L.starts[i])
+            if L.direct != NULL:
+                one.direct = L.direct[i]
+                one.fd = L.direct_fd if L.direct[i] else L.fd
         else:
             one.dst = L.host[i] + (a - L.starts[i])
             one.src = slot + (a - off)

@@ -298,8 +298,9 @@ def test_device_loads_go_through_the_seam(tmp_path, monkeypatch):
     path, _ = _reference_file(tmp_path, "U8")
     seen = []
 
-    def fake(sources, device, progress):
+    def fake(sources, device, progress, read):
         seen.append((sources, device, progress))
+        assert read == "auto"
         return {"sentinel": None}
 
     monkeypatch.setattr(etptr.checkpoint._load, "_load_to_device", fake)
