@@ -538,3 +538,22 @@ def test_device_slices_of_a_checkpoint(tmp_path, alloc, pool):
         assert t.device == etptr.Device("cuda:0") and t.data_ptr % 256 == 0
         assert _host_bytes(t) == raw_bytes(np.ascontiguousarray(arrays[name][index]))
     assert pool.stats()["in_use_bytes"] == 0
+
+
+@pytest.mark.parametrize("read", ["direct", "auto", "buffered"])
+def test_reads_through_the_pinned_slots_every_way(tmp_path, read, pool, device_used):
+    # direct reads go through the copy threads' aligned bounce buffers into the slots
+    path, arrays = _file(tmp_path, ["F32", "I8", "F64", "BF16"], seed=31)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)     # cold where the disk allows
+    finally:
+        os.close(fd)
+    before = device_used()
+    with copy_config(**SMALL):
+        out = etptr.load_safetensors(path, "cuda:0", read=read, progress=False)
+    for name, arr in arrays.items():
+        assert _host_bytes(out[name]) == raw_bytes(arr), name
+    del out
+    assert device_used() == before
+    assert pool.stats()["in_use_bytes"] == 0

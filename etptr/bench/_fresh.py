@@ -1,0 +1,329 @@
+"""Loads as users meet them: each loader in a process of its own, its first load and a
+later one, with the page cache warm, cold or half full, on the file system the checkpoint
+lies on.
+
+A program loads its model once, right after it starts: what that first load costs (the
+imports, CUDA's and the loader's setup) is what a user waits for. So each loader runs in a
+fresh interpreter (``python -c``) that initialises CUDA first (a context exists, as in an
+inference server), then times one load, then a second; every tensor lands on the device as
+a torch tensor (or a CuPy array without torch) and is checked against the safetensors
+library's reading, outside the timing. The page cache is prepared by this process before
+each child starts: read through (warm), dropped (``posix_fadvise(POSIX_FADV_DONTNEED)``,
+checked with ``mincore``: cold), or every other 64 MiB region dropped (half). A file system
+that keeps its pages (tmpfs) cannot be made cold: the table says so.
+
+The loaders: etptr's ``load_safetensors``, the ``safetensors`` library, and, when they
+import (the ``peers`` extra), fastsafetensors, InstantTensor, KvikIO (the raw file into
+one device buffer: no tensors) and the Run:ai model streamer. Each child also reports the
+device memory it took beyond the tensors (``cudaMemGetInfo`` around the load) and, for
+etptr, the peak page-locked bytes of its pool.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from etptr.checkpoint._descriptors import ReadOnlyFile
+
+__all__ = ["CONDITIONS", "LOADERS", "FreshResult", "available", "evict", "file_system",
+           "prepare", "resident_share", "run_fresh"]
+
+MiB = 1 << 20
+#: The page-cache conditions a load is timed under.
+CONDITIONS = ("warm", "cold", "half")
+_REGION = 64 * MiB                      # half: every other region of this size dropped
+
+# ------------------------------------------------------------------ the page cache
+
+
+def file_system(path: str) -> str:
+    """The type of the file system ``path`` lies on (``/proc/mounts``: the longest mount
+    point that holds it), e.g. ``"ext4"`` or ``"tmpfs"``; ``"?"`` where it cannot be told."""
+    real = os.path.realpath(path)
+    best, kind = "", "?"
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mount = parts[1].replace("\\040", " ")
+                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+                if inside and len(mount) >= len(best):
+                    best, kind = mount, parts[2]
+    except OSError:
+        pass
+    return kind
+
+
+def resident_share(paths: list[str]) -> float:
+    """The share of the files' pages in the page cache now (0..1)."""
+    have = total = 0
+    for p in paths:
+        with ReadOnlyFile(p) as f:
+            _, _, vec = f.resident(0, os.path.getsize(p))
+        have += sum(vec)
+        total += len(vec)
+    return have / total if total else 1.0
+
+
+def evict(paths: list[str], every_other: bool = False) -> None:
+    """Drop the files' pages from the page cache (all, or every other 64 MiB region)."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)                  # dirty pages are not dropped: write them back
+            size = os.path.getsize(p)
+            if not every_other:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                continue
+            for start in range(0, size, 2 * _REGION):
+                os.posix_fadvise(fd, start, _REGION, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _read_through(paths: list[str]) -> None:
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(64 * MiB):
+                pass
+
+
+def prepare(paths: list[str], condition: str) -> tuple[bool, float]:
+    """Bring the files' pages to ``condition`` (one of CONDITIONS); ``(achieved, share of
+    pages resident)``: False where the file system keeps its pages (tmpfs)."""
+    _read_through(paths)
+    if condition == "warm":
+        return True, resident_share(paths)
+    if condition == "half":
+        evict(paths, every_other=True)
+        share = resident_share(paths)
+        return 0.3 < share < 0.7, share
+    evict(paths)
+    share = resident_share(paths)
+    return share < 0.05, share
+
+
+# ------------------------------------------------------------------ the loaders
+
+# Each loader: the modules it needs, and the body of the child's timed load. The body gets
+# ``paths`` (the .safetensors files) and ``device`` (``"cuda:0"`` or ``"cpu"``) and sets
+# ``out`` to {name: tensor} (or None for a raw read); ``sync()`` waits for the device.
+_LOAD_BODIES = {
+    "etptr": (("etptr",), """
+        import etptr
+        fw = "pt" if torch is not None else ("cupy" if device != "cpu" else "np")
+        out = etptr.load_safetensors(paths, device, framework=fw, progress=False)
+    """),
+    "safetensors": (("safetensors",), """
+        if torch is not None:
+            import safetensors.torch as st
+            out = {}
+            for p in paths:
+                out.update(st.load_file(p, device=device))
+        else:
+            import safetensors.numpy as sn
+            out = {}
+            for p in paths:
+                out.update(sn.load_file(p))
+            if device != "cpu":
+                out = {k: cupy.asarray(v) for k, v in out.items()}
+    """),
+    "fastsafetensors": (("fastsafetensors", "torch"), """
+        from fastsafetensors import SafeTensorsFileLoader, SingleGroup
+        loader = SafeTensorsFileLoader(SingleGroup(), torch.device(device), nogds=True)
+        loader.add_filenames({0: list(paths)})
+        fb = loader.copy_files_to_device()
+        out = {k: fb.get_tensor(k).clone() for k in fb.key_to_rank_lidx}
+        fb.close()
+        loader.close()
+    """),
+    "instanttensor": (("instanttensor", "torch"), """
+        from instanttensor import safe_open
+        out = {}
+        with safe_open(list(paths), framework="pt", device=0) as f:
+            for name, tensor in f.tensors():
+                out[name] = tensor.clone()
+    """),
+    "kvikio": (("kvikio", "cupy"), """
+        import kvikio
+        out = None
+        bufs = []
+        for p in paths:
+            buf = cupy.empty(os.path.getsize(p), dtype=cupy.uint8)
+            with kvikio.CuFile(p, "r") as f:
+                f.read(buf)
+            bufs.append(buf)
+    """),
+    "runai": (("runai_model_streamer", "torch"), """
+        from runai_model_streamer import SafetensorsStreamer
+        out = {}
+        with SafetensorsStreamer() as s:
+            for p in paths:
+                s.stream_file(p)
+                for name, tensor in s.get_tensors():
+                    out[name] = tensor.to(device)
+    """),
+}
+
+#: The loaders, in the order of the table.
+LOADERS = tuple(_LOAD_BODIES)
+
+
+def available(name: str) -> bool:
+    """Whether loader ``name``'s modules import here (without importing them)."""
+    modules = _LOAD_BODIES[name][0]
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in modules)
+    except (ImportError, ValueError):
+        return False
+
+
+_CHILD = """
+import hashlib, json, os, sys, time
+paths, device, check = {paths!r}, {device!r}, {check!r}
+try:
+    import torch
+except ImportError:
+    torch = None
+cupy = None
+if device != "cpu":
+    if torch is not None:
+        torch.cuda.init()
+        torch.empty(1, device=device)          # a context exists before the timing
+        sync = lambda: torch.cuda.synchronize()
+        free = lambda: torch.cuda.mem_get_info()[0]
+    else:
+        import cupy
+        cupy.cuda.Device(0).use()
+        cupy.empty(1)
+        sync = lambda: cupy.cuda.Device(0).synchronize()
+        free = lambda: cupy.cuda.runtime.memGetInfo()[0]
+else:
+    sync = lambda: None
+    free = lambda: 0
+
+def load():
+{body}
+    return out
+
+def nbytes(out):
+    if out is None:
+        return sum(os.path.getsize(p) for p in paths)
+    return sum(int(t.nbytes) for t in out.values())
+
+report = {{}}
+before = free()
+t = time.perf_counter()
+out = load()
+sync()
+report["first_s"] = time.perf_counter() - t
+report["bytes"] = nbytes(out)
+report["device_bytes"] = before - free() - (report["bytes"] if out is not None else 0)
+if check and out is not None:
+    import numpy as np
+    digests = {{}}
+    for k, v in out.items():
+        if torch is not None and isinstance(v, torch.Tensor):
+            raw = v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
+        elif hasattr(v, "get"):
+            raw = v.get().view(np.uint8).reshape(-1)
+        else:
+            raw = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
+        digests[k] = hashlib.sha1(raw.tobytes()).hexdigest()
+    report["digests"] = digests
+del out
+t = time.perf_counter()
+out = load()
+sync()
+report["later_s"] = time.perf_counter() - t
+if "etptr.cuda._copy_engine" in sys.modules:   # the pool's peak and the engine's ring
+    import etptr.cuda
+    cfg = etptr.cuda.get_copy_config()
+    report["pinned_peak"] = (etptr.cuda.get_pinned_host_pool().stats()["peak_bytes"]
+                             + cfg["slots"] * cfg["slot_bytes"])
+print("FRESH " + json.dumps(report))
+"""
+
+
+@dataclass
+class FreshResult:
+    """One loader's fresh-process run.
+
+    Attributes
+    ----------
+    loader, condition : str
+    resident : float
+        Share of the files' pages in the page cache when the child started.
+    first_s, later_s : float or None
+        Seconds of the first load and of the second, in the same child.
+    nbytes : int
+        Bytes loaded.
+    device_bytes : int or None
+        Device memory the load took beyond its tensors (cudaMemGetInfo).
+    pinned_peak : int or None
+        etptr: the pool's peak page-locked bytes.
+    digests : dict of str to str
+        sha1 of each tensor's bytes, for the bit check.
+    error : str or None
+        Why the child failed.
+    """
+
+    loader: str
+    condition: str
+    resident: float
+    first_s: Optional[float] = None
+    later_s: Optional[float] = None
+    nbytes: int = 0
+    device_bytes: Optional[int] = None
+    pinned_peak: Optional[int] = None
+    digests: dict = field(default_factory=dict)
+    error: Optional[str] = None
+
+    def gbps(self, which: str) -> Optional[float]:
+        """GB/s of the ``"first"`` or ``"later"`` load."""
+        s = self.first_s if which == "first" else self.later_s
+        return self.nbytes / s / 1e9 if s else None
+
+
+def run_fresh(loader: str, paths: list[str], device: str, condition: str,
+              check: bool = True, timeout: float = 900) -> FreshResult:
+    """Time ``loader`` on ``paths`` in a fresh interpreter after preparing the page cache
+    for ``condition``; see the module's docstring."""
+    achieved, share = prepare(paths, condition)
+    result = FreshResult(loader, condition, share)
+    if not achieved:
+        result.error = (f"the page cache cannot be made {condition} here "
+                        f"({share:.0%} of the pages stay resident: tmpfs?)")
+        return result
+    body = textwrap.indent(textwrap.dedent(_LOAD_BODIES[loader][1]).strip("\n"), "    ")
+    code = _CHILD.format(paths=[str(p) for p in paths], device=device, check=check, body=body)
+    env = dict(os.environ)
+    site = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=timeout, env=env, cwd=os.path.dirname(str(paths[0])))
+    except subprocess.TimeoutExpired:
+        result.error = f"did not finish in {timeout:.0f} s"
+        return result
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("FRESH ")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()
+        result.error = tail[-1][:200] if tail else f"exit status {proc.returncode}"
+        return result
+    report: dict[str, Any] = json.loads(lines[-1][len("FRESH "):])
+    result.first_s = report.get("first_s")
+    result.later_s = report.get("later_s")
+    result.nbytes = report.get("bytes", 0)
+    result.device_bytes = report.get("device_bytes")
+    result.pinned_peak = report.get("pinned_peak")
+    result.digests = report.get("digests", {})
+    return result
