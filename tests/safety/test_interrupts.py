@@ -165,3 +165,30 @@ def test_an_interrupt_at_any_line_of_a_load_leaves_no_trace(files, how):
             assert alloc.host_live == 0, at
 
         _every_line(make_call, check_clean)
+
+
+@pytest.mark.parametrize("how", ["slices-cpu", "slices-device", "into-cpu", "into-device"])
+def test_an_interrupt_at_any_line_of_slices_and_loads_in_place_leaves_no_trace(files, how):
+    path = files
+    alloc = _HostBlocks()
+    with use_allocator(alloc):
+        device = "cuda" if how.endswith("device") else "cpu"
+        targets = {"a": etptr.empty([300], device=device),
+                   "b": etptr.empty([7], type="Int", device=device),
+                   "c": etptr.empty([0, 3], device=device)}
+        live = alloc.live_bytes
+        fds = open_fds()
+
+        def make_call():
+            if how.startswith("slices"):
+                def call():
+                    with etptr.safe_open(path, device=device) as f:
+                        return f.get_slices([("a", (slice(10, 200),)), ("b", ...)])
+                return call
+            return lambda: etptr.load_safetensors(path, into=targets)
+
+        def check_clean(at, interrupted):
+            assert open_fds() == fds, f"a descriptor is left after an interrupt at line {at}"
+            assert alloc.live_bytes == live, at
+
+        _every_line(make_call, check_clean)
