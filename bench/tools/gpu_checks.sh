@@ -32,6 +32,13 @@
 #               and 4-byte copies at the driver level
 #   tiny        bench/tools/probe_tiny.c: the ways a 4-byte copy can be made (DMA, stream write,
 #               kernel; stream sync or a flag the host spins on)
+#   fresh       etptr-bench --fresh on Qwen2.5-1.5B's shapes written to the disk's file system
+#               (the system's temporary directory): each loader's first load in a fresh
+#               process, page cache warm, cold and half full, beside the disk's cold read rate
+#   fresh_shm   the same on /dev/shm (warm only: tmpfs cannot be made cold)
+#   tp          etptr-bench --tp on Qwen2.5-1.5B's shapes: every rank's share for 2, 4, 8 ranks
+#   gather      bench/tools/probe_slice_gather.py --device cuda: a slice's runs read one by one
+#               or as their span, /dev/shm warm and the disk cold
 #   topo        the machine's CPUs, NUMA nodes and the GPU's place among them
 set -u
 out=${1:?usage: bash bench/tools/gpu_checks.sh OUTDIR [STEP ...]}
@@ -89,6 +96,14 @@ for step in $steps; do
                   cat /sys/bus/pci/devices/*/numa_node | sort | uniq -c;
                   nvidia-smi -q | grep -i -A3 "bus id\|numa"; cat /proc/meminfo | head -5' ;;
         checkpoint) run checkpoint 200 $py -m etptr.bench --no-progress ;;
+        fresh) run fresh 600 $py -m etptr.bench --fresh --layout qwen2.5-1.5b --no-progress \
+                   --json "$out/fresh.json" ;;
+        fresh_shm) run fresh_shm 300 $py -m etptr.bench --fresh --layout qwen2.5-1.5b \
+                       --dir /dev/shm --cache warm --no-progress --json "$out/fresh_shm.json" ;;
+        tp) run tp 300 $py -m etptr.bench --tp --layout qwen2.5-1.5b --no-progress \
+                --json "$out/tp.json" ;;
+        gather) run gather 300 $py bench/tools/probe_slice_gather.py --dir /dev/shm --device cuda
+                run gather_cold 300 $py bench/tools/probe_slice_gather.py --cold --device cuda ;;
         *) echo "unknown step $step" | tee -a "$out/summary.txt" ;;
     esac
 done

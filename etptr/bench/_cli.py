@@ -12,7 +12,8 @@ import time
 import numpy as np
 
 import etptr
-from etptr.bench import _checkpoint, _cpu, _cuda, _file_io, _model_shapes, _sweep
+from etptr.bench import (_checkpoint, _cpu, _cuda, _file_io, _fresh, _model_shapes, _sweep,
+                         _tensor_parallel)
 from etptr.bench._report import GiB, MiB, fmt_gbps, fmt_ratio, fmt_size, parse_size, ratio, table
 from etptr.bench._timing import GB, STATS, run_cases
 
@@ -20,9 +21,12 @@ EXIT_OK, EXIT_MISMATCH, EXIT_USAGE = 0, 1, 2
 
 DESCRIPTION = """\
 Measure etptr beside the libraries people would use instead: on a safetensors
-checkpoint (the default), on many tensors at once (--many), or one tensor
-against its size (--sweep); every rate next to the pinned line rate measured in
-the same run.
+checkpoint (the default), each loader's first load in a fresh process with the
+page cache warm, cold or half full (--fresh), every tensor-parallel rank's
+share of a checkpoint (--tp), many tensors at once (--many), or one tensor
+against its size (--sweep); every rate next to the line it is bound by,
+measured in the same run (the pinned copy for the GPU, the disk's cold read
+rate for cold files).
 
 Checkpoint mode loads the checkpoint onto the GPU with etptr.load_safetensors,
 with safetensors.torch.load_file(device=) when torch is importable, and with
@@ -50,6 +54,8 @@ examples:
   etptr-bench                                 default checkpoint (all-MiniLM-L6-v2)
   etptr-bench model.safetensors.index.json --json out.json
   etptr-bench --sweep --quick --plot sweep.png
+  etptr-bench --fresh --layout qwen2.5-1.5b --dir /var/tmp   first loads, warm / cold / half
+  etptr-bench --tp 2,4,8 --layout qwen2.5-1.5b               tensor-parallel shares
 """
 
 
@@ -72,6 +78,27 @@ def _non_negative(text):
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
+
+
+def _choices(allowed):
+    def parse(text):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        wrong = [t for t in items if t not in allowed]
+        if wrong or not items:
+            raise argparse.ArgumentTypeError(
+                f"{','.join(wrong) or repr(text)}: choose from {','.join(allowed)}")
+        return list(dict.fromkeys(items))
+    return parse
+
+
+def _worlds(text):
+    try:
+        worlds = sorted({int(t) for t in text.split(",") if t.strip()})
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: world sizes like 2,4,8") from None
+    if not worlds or worlds[0] < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: world sizes like 2,4,8")
+    return worlds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,6 +147,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "and the 290 tensors of a Qwen2.5-0.5B-shaped checkpoint, up and down, "
                         "per tensor, batched and into existing tensors, against cupy and torch "
                         "loops and the line rate (needs CUDA)")
+    p.add_argument("--dir", metavar="PATH",
+                   help="directory for the files the benchmark writes (the --layout checkpoint, "
+                        "the saves): its file system is the one measured; default /dev/shm "
+                        "when it has room, else the system's temporary directory (with --fresh "
+                        "always the latter: a RAM file system cannot be made cold)")
+    u = p.add_argument_group("loads as users meet them")
+    u.add_argument("--fresh", action="store_true",
+                   help="instead of timed passes in this process, time each loader's first "
+                        "load (and a second) in a fresh process that has initialised CUDA, "
+                        "with the page cache warm, cold and half full, on the checkpoint's "
+                        "file system, every tensor checked against the safetensors library")
+    u.add_argument("--cache", type=_choices(_fresh.CONDITIONS), metavar="LIST",
+                   default=list(_fresh.CONDITIONS),
+                   help="page-cache conditions of --fresh, comma-separated (default: "
+                        + ",".join(_fresh.CONDITIONS) + ")")
+    u.add_argument("--loaders", type=_choices(_fresh.LOADERS), metavar="LIST",
+                   help="loaders of --fresh, comma-separated, from " + ",".join(_fresh.LOADERS)
+                        + " (default: those that import; pip install 'etptr[peers]')")
+    u.add_argument("--tp", type=_worlds, nargs="?", const=[2, 4, 8], metavar="N,..",
+                   help="instead of whole loads, read every rank's share of the checkpoint for "
+                        "these tensor-parallel world sizes (default 2,4,8): etptr.safe_open's "
+                        "get_slices beside the safetensors library's get_slice")
     s = p.add_argument_group("size sweep")
     s.add_argument("--sweep", action="store_true",
                    help="instead of a checkpoint, measure GB/s against transfer size, from "
@@ -143,6 +192,20 @@ def _check_args(parser, args):
         parser.error("--many measures its own tensors; give no checkpoint, --sweep or --layout")
     if args.layout and (args.checkpoints or args.sweep):
         parser.error("--layout writes its own checkpoint; give no checkpoint and no --sweep")
+    modes = [m for m, on in (("--sweep", args.sweep), ("--many", args.many),
+                             ("--fresh", args.fresh), ("--tp", args.tp)) if on]
+    if len(modes) > 1:
+        parser.error(f"{' and '.join(modes)} are separate modes; give one")
+    if not args.fresh:
+        given = [o for o, v in (("--cache", args.cache != list(_fresh.CONDITIONS)),
+                                ("--loaders", args.loaders)) if v]
+        if given:
+            parser.error(f"{', '.join(given)} "
+                         f"{'applies' if len(given) == 1 else 'apply'} only with --fresh")
+    if (args.fresh or args.tp) and args.plot:
+        parser.error("--plot draws checkpoint mode and --sweep; --fresh and --tp print tables")
+    if args.dir and not os.path.isdir(args.dir):
+        parser.error(f"--dir {args.dir}: not a directory")
     if not args.sweep:
         given = [o for o, v in (("--quick", args.quick),
                                 ("--max-size", args.max_size != 1 * GiB)) if v]
@@ -275,15 +338,19 @@ def _tiny_table(timings, stat):
     return table(["4-byte tensor, us per call", "H2D", "D2H"], rows), ratios
 
 
-def _run_checkpoint(args, env, out) -> tuple:
+def _run_checkpoint(args, env, out, measure=None) -> tuple:
+    """The checkpoint the arguments name (files, an index, a --layout written for the run,
+    or the default one), measured by ``measure(args, env, out, paths)``."""
+    measure = measure or _measure_checkpoint
     if args.layout:
         import tempfile
         spec = _model_shapes.LAYOUTS[args.layout]
-        with tempfile.TemporaryDirectory(prefix="etptr-layout-",
-                                         dir=_file_io.scratch_dir(3 * spec.nbytes)) as tmp:
+        where = args.dir or (tempfile.gettempdir() if args.fresh
+                             else _file_io.scratch_dir(3 * spec.nbytes))
+        with tempfile.TemporaryDirectory(prefix="etptr-layout-", dir=where) as tmp:
             out(f"writing a checkpoint shaped like {args.layout} ({spec.description}) to {tmp}")
             path = _model_shapes.write_layout(args.layout, tmp)
-            return _measure_checkpoint(args, env, out, [path])
+            return measure(args, env, out, [path])
     paths = list(args.checkpoints)
     for p in paths:
         if os.path.isdir(p):
@@ -300,8 +367,7 @@ def _run_checkpoint(args, env, out) -> tuple:
         unique.append(p)
     paths = unique
     try:
-        return _measure_checkpoint(args, env, out,
-                                   paths or [_checkpoint.default_checkpoint()])
+        return measure(args, env, out, paths or [_checkpoint.default_checkpoint()])
     except _checkpoint.CheckpointError as exc:
         print(f"etptr-bench: error: {exc}", file=sys.stderr)
         return EXIT_USAGE, None
@@ -337,7 +403,8 @@ def _measure_checkpoint(args, env, out, paths) -> tuple:
                                                   args.line_rate_size)
                 cases += prepared.cases
             files = _file_io.file_cases(env, paths, ckpt,
-                                      progress=not args.no_progress and nbytes > 256 * MiB)
+                                      progress=not args.no_progress and nbytes > 256 * MiB,
+                                      where=args.dir)
             cases += files.cases
             labels.update({c.key: c.label for c in files.cases})
             timings = run_cases(cases, repeats=args.repeats, warmup=args.warmup,
@@ -503,7 +570,9 @@ def _main(argv) -> int:
 
     started = time.perf_counter()
     env = _cuda.probe(args.device, use_torch=not args.no_torch, force_cpu=args.cpu)
-    mode = "size sweep" if args.sweep else "many tensors" if args.many else "checkpoint"
+    mode = ("size sweep" if args.sweep else "many tensors" if args.many
+            else "fresh processes" if args.fresh else "tensor-parallel shares" if args.tp
+            else "checkpoint")
     out(f"etptr-bench {etptr.__version__}: {mode} | "
         f"GB/s = 1e9 bytes/s | {args.stat} of {args.repeats} timed passes after "
         f"{args.warmup} warm-up")
@@ -521,14 +590,19 @@ def _main(argv) -> int:
         except OSError as exc:
             print(f"etptr-bench: error: --json {args.json}: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    runner = _run_sweep if args.sweep else _run_many if args.many else _run_checkpoint
-    status, report = runner(args, env, out)
+    if args.sweep or args.many:
+        status, report = (_run_sweep if args.sweep else _run_many)(args, env, out)
+    else:
+        status, report = _run_checkpoint(
+            args, env, out, _fresh.run_mode if args.fresh
+            else _tensor_parallel.run_mode if args.tp else None)
     if report is None:
         return status
     elapsed = time.perf_counter() - started
     out(f"done in {elapsed:.1f} s")
     if args.json:
-        doc = {"mode": "sweep" if args.sweep else "many" if args.many else "checkpoint",
+        doc = {"mode": ("sweep" if args.sweep else "many" if args.many else "fresh"
+                        if args.fresh else "tp" if args.tp else "checkpoint"),
                "stat": args.stat,
                "repeats": args.repeats, "warmup": args.warmup, "unit": "GB/s = 1e9 bytes/s",
                "status": status, "elapsed_s": elapsed, "environment": _environment(env), **report}

@@ -24,10 +24,13 @@ from etptr.bench._cpu import mismatches, plain_view, wrap
 from etptr.bench._timing import Case
 
 
-def scratch_dir(need_bytes: int):
-    """A directory for files the benchmark writes: a RAM-backed one (``/dev/shm``) when it
-    has room, so that files stay in the page cache and writes are not throttled by the
-    disk; else None (the system's temporary directory)."""
+def scratch_dir(need_bytes: int, given: Optional[str] = None):
+    """A directory for files the benchmark writes: ``given`` (``--dir``) when there is
+    one; else a RAM-backed one (``/dev/shm``) when it has room, so that files stay in the
+    page cache and writes are not throttled by the disk; else None (the system's
+    temporary directory)."""
+    if given:
+        return given
     for candidate in ("/dev/shm",):
         try:
             st = os.statvfs(candidate)
@@ -70,15 +73,16 @@ class FileCases:
             self.tmpdir = None
 
 
-def file_cases(env, paths, ckpt, progress: bool) -> FileCases:
+def file_cases(env, paths, ckpt, progress: bool, where: Optional[str] = None) -> FileCases:
     """Checks, then the timed cases, for files -> ``env.device`` and back (or the CPU
     forms without CUDA). ``ckpt`` is the safetensors library's own reading of ``paths``
-    (:func:`etptr.bench._checkpoint.load`), the reference for every check."""
+    (:func:`etptr.bench._checkpoint.load`), the reference for every check; the saves
+    write to ``where`` (``--dir``; see :func:`scratch_dir`)."""
     import tempfile
 
     nbytes, count = ckpt.nbytes, len(ckpt.arrays)
     out = FileCases(tmpdir=tempfile.TemporaryDirectory(prefix="etptr-bench-",
-                                                       dir=scratch_dir(2 * nbytes + (64 << 20))))
+                                                       dir=scratch_dir(2 * nbytes + (64 << 20), where)))
     warm(ckpt.files)
     device = env.device if env.available and env.etptr_ok else "cpu"
     target = os.path.join(out.tmpdir.name, "etptr.safetensors")

@@ -23,21 +23,24 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import mmap
 import subprocess
 import sys
 import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from etptr.checkpoint._descriptors import ReadOnlyFile
 
-__all__ = ["CONDITIONS", "LOADERS", "FreshResult", "available", "evict", "file_system",
-           "prepare", "resident_share", "run_fresh"]
+__all__ = ["CONDITIONS", "LOADERS", "FreshResult", "available", "disk_rate", "evict",
+           "file_system", "prepare", "resident_share", "run_fresh", "run_mode"]
 
 MiB = 1 << 20
 #: The page-cache conditions a load is timed under.
 CONDITIONS = ("warm", "cold", "half")
-_REGION = 64 * MiB                      # half: every other region of this size dropped
+_REGION = 64 * MiB                      # half: every other region of (at most) this size dropped
 
 # ------------------------------------------------------------------ the page cache
 
@@ -74,7 +77,8 @@ def resident_share(paths: list[str]) -> float:
 
 
 def evict(paths: list[str], every_other: bool = False) -> None:
-    """Drop the files' pages from the page cache (all, or every other 64 MiB region)."""
+    """Drop the files' pages from the page cache (all, or every other region of 64 MiB,
+    or of an eighth of a smaller file)."""
     for p in paths:
         fd = os.open(p, os.O_RDONLY)
         try:
@@ -83,8 +87,10 @@ def evict(paths: list[str], every_other: bool = False) -> None:
             if not every_other:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                 continue
-            for start in range(0, size, 2 * _REGION):
-                os.posix_fadvise(fd, start, _REGION, os.POSIX_FADV_DONTNEED)
+            # at least 8 regions a file, so that a small file is half cached too
+            region = max(mmap.PAGESIZE, min(_REGION, size // 8 // mmap.PAGESIZE * mmap.PAGESIZE))
+            for start in range(0, size, 2 * region):
+                os.posix_fadvise(fd, start, region, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
 
@@ -109,6 +115,40 @@ def prepare(paths: list[str], condition: str) -> tuple[bool, float]:
     evict(paths)
     share = resident_share(paths)
     return share < 0.05, share
+
+
+def disk_rate(paths: list[str], threads: int = 8, request: int = 4 * MiB) -> tuple[float, str]:
+    """GB/s of reading the files from a cold page cache the way the disk reads fastest
+    (O_DIRECT, ``threads`` requests of ``request`` bytes in flight, into page-aligned
+    anonymous memory), and how: the rate no loader of cold files can pass. Where the file
+    system takes no O_DIRECT (tmpfs) the files are read buffered, with the cache as it is."""
+    evict(paths)
+    direct = getattr(os, "O_DIRECT", 0)
+    jobs, fds, how = [], [], "O_DIRECT"
+    try:
+        for p in paths:
+            try:
+                fd = os.open(p, os.O_RDONLY | direct)
+            except OSError:
+                fd, how = os.open(p, os.O_RDONLY), "buffered (no O_DIRECT here)"
+            fds.append(fd)
+            jobs += [(fd, off) for off in range(0, os.path.getsize(p), request)]
+        buffers = [mmap.mmap(-1, request) for _ in range(threads)]
+
+        def read(i: int) -> int:
+            buf, done = buffers[i], 0
+            for fd, off in jobs[i::threads]:
+                done += os.preadv(fd, [buf], off)     # the last one may be short
+            return done
+
+        t = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            nbytes = sum(pool.map(read, range(threads)))
+        seconds = time.perf_counter() - t
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return nbytes / seconds / 1e9, f"{how}, {threads} x {request // MiB} MiB requests"
 
 
 # ------------------------------------------------------------------ the loaders
@@ -327,3 +367,103 @@ def run_fresh(loader: str, paths: list[str], device: str, condition: str,
     result.pinned_peak = report.get("pinned_peak")
     result.digests = report.get("digests", {})
     return result
+
+
+# ------------------------------------------------------------------ etptr-bench --fresh
+
+_REFERENCE = "safetensors"
+
+
+def _label(loader: str, device: str) -> str:
+    if loader == "etptr" and device == "cpu":
+        return "etptr (a map: pages are read when first touched)"
+    if loader == "kvikio":
+        return "kvikio (raw file into one buffer, no tensors)"
+    return loader
+
+
+def run_mode(args: Any, env: Any, out: Any, paths: list) -> tuple[int, dict]:
+    """``etptr-bench --fresh``: every loader of ``args.loaders`` (default: those that
+    import) under every condition of ``args.cache``, each in a fresh process; prints the
+    table and returns ``(status, report)``: status 1 when a loader's tensors differ from
+    the safetensors library's."""
+    from etptr.bench._checkpoint import resolve
+    from etptr.bench._report import fmt_gbps, fmt_ratio, fmt_size, ratio, table
+
+    files = [str(f.path) for f in resolve(paths)]
+    nbytes = sum(os.path.getsize(f) for f in files)
+    device = env.device if env.available else "cpu"
+    loaders = list(args.loaders or [name for name in LOADERS if available(name)])
+    missing = [name for name in LOADERS if name not in loaders]
+    fs = file_system(files[0])
+    out(f"fresh processes: {len(files)} file(s), {fmt_size(nbytes)} on {fs} "
+        f"({os.path.dirname(os.path.abspath(files[0]))}) -> {device}")
+    if missing:
+        out(f"not run (not importable here, or not asked for): {', '.join(missing)}")
+    disk, how = disk_rate(files)
+    out(f"the file system reads these files at {fmt_gbps(disk)} GB/s from a cold cache "
+        f"({how}): the bound of a cold load")
+    results: list[FreshResult] = []
+    for condition in args.cache:
+        for loader in loaders:
+            r = run_fresh(loader, files, device, condition)
+            results.append(r)
+            if not args.no_progress:
+                print(f"  {condition:>4} {loader}: "
+                      + (r.error or f"{r.first_s:.2f} s, later {r.later_s:.2f} s"),
+                      file=sys.stderr, flush=True)
+    reference = {r.condition: r.digests for r in results
+                 if r.loader == _REFERENCE and r.digests}
+    rows, bad, report_rows, notes = [], {}, [], []
+    for r in results:
+        is_map = r.loader == "etptr" and device == "cpu"
+        if r.error:
+            notes.append(f"{r.condition} {r.loader}: {r.error}")
+        ref = reference.get(r.condition)
+        differ = None
+        if ref is not None and r.digests and r.loader != _REFERENCE:
+            differ = sorted(k for k in ref if r.digests.get(k) != ref[k])
+            if differ:
+                bad[f"{r.condition}.{r.loader}"] = differ
+        mine = next((x for x in results if x.loader == "etptr" and x.condition == r.condition),
+                    None)
+        first = r.gbps("first")
+        bound = disk if r.condition != "warm" and fs != "tmpfs" and not is_map else None
+        rows.append([_label(r.loader, device), r.condition,
+                     f"{r.resident:.0%}",
+                     f"{r.first_s:.2f}" if r.first_s else "-", fmt_gbps(first),
+                     fmt_gbps(r.gbps("later")), fmt_ratio(ratio(first, bound)),
+                     fmt_ratio(ratio(mine.gbps("first"), first)) if mine and r is not mine
+                     else "-",
+                     fmt_size(max(r.device_bytes, 0))
+                     if r.device_bytes is not None and device != "cpu" else "-",
+                     ("ok" if differ == [] else f"{len(differ)} differ" if differ else "-")
+                     if not r.error else "not run (below)"])
+        report_rows.append({"loader": r.loader, "condition": r.condition,
+                            "map": is_map,
+                            "resident": r.resident, "first_s": r.first_s,
+                            "later_s": r.later_s, "bytes": r.nbytes,
+                            "first_gbps": first, "later_gbps": r.gbps("later"),
+                            "device_bytes": r.device_bytes, "pinned_peak": r.pinned_peak,
+                            "differ": differ, "error": r.error})
+    out("")
+    out(table(["loader (fresh process)", "cache", "resident", "first s", "first GB/s",
+               "later GB/s", "x disk", "etptr x", "extra device", "vs safetensors"], rows))
+    out("  first: the first load in the process (CUDA already initialised); later: a second "
+        "load in the same process; x disk: first load / the cold read rate above (cold and "
+        "half); etptr x: etptr's first-load rate / this loader's; extra device: device "
+        "memory taken beyond the tensors")
+    for note in notes:
+        out(f"  {note}")
+    if device == "cpu":
+        out("  on the CPU etptr maps the file, and so does the safetensors library with torch: "
+            "pages are read when first touched, so a first load there is a map's time, not "
+            "a read's")
+    peak = [r.pinned_peak for r in results if r.pinned_peak]
+    if peak:
+        out(f"  etptr's page-locked memory at its peak: {fmt_size(max(peak))}")
+    for key, names in bad.items():
+        out(f"differ from the safetensors library ({key}): {', '.join(names[:5])}")
+    report = {"files": files, "bytes": nbytes, "file_system": fs, "device": device,
+              "disk_gbps": disk, "disk_read": how, "fresh": report_rows, "mismatches": bad}
+    return (1 if bad else 0), report

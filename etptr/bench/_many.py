@@ -178,7 +178,7 @@ def run_many(env, args, out) -> tuple:
     small = [rng.integers(0, 255, SMALL_BYTES, dtype=np.uint8) for _ in range(SMALL_COUNT)]
     small_t = [etptr.make_tensor_ptr(a) for a in small]
     from etptr.bench._file_io import scratch_dir
-    tmp = tempfile.TemporaryDirectory(prefix="etptr-many-", dir=scratch_dir(1 << 31))
+    tmp = tempfile.TemporaryDirectory(prefix="etptr-many-", dir=scratch_dir(1 << 31, args.dir))
     report, ok = {}, True
     try:
         with env.context():

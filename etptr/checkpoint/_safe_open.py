@@ -19,10 +19,11 @@ import numpy as np
 
 from etptr._core._device import Device, DeviceType
 from etptr._core._device_allocator import DEVICE_ALIGNMENT
+from etptr._core._device_copy import h2d_copy
 from etptr._core._device_memory import DeviceMemoryBuffer
 from etptr._core._host_copy import parallel_read
 from etptr._core._make_tensor_ptr import make_tensor_ptr
-from etptr._core._scalar_type import element_size
+from etptr._core._scalar_type import ScalarType, element_size
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._file import check_unchanged, host_view, map_file, open_checked
@@ -65,20 +66,27 @@ def read_selections(plan: FilePlan, selections: Sequence[Selection],
         total = _align(total + sel.runs.nbytes)
     shapes = [sel.runs.shape for sel in selections]
     types = [sel.entry.scalar_type for sel in selections]
-    pieces = []
+    # large runs are read straight into the result; many small ones close together
+    # (a column block) as their span, gathered in memory (SliceRuns.gathered)
+    pieces, gathered = [], []
     for sel, at in zip(selections, starts):
+        if sel.runs.gathered:
+            gathered.append((sel, at))
+            continue
         n = sel.runs.run_bytes
         first = plan.data_offset + sel.entry.begin
         pieces.extend((first + int(o), at + i * n, n) for i, o in enumerate(sel.runs.offsets))
     if device.is_cpu():
-        raw = np.empty(total + DEVICE_ALIGNMENT, np.uint8)
-        block = raw[-raw.ctypes.data % DEVICE_ALIGNMENT:][:total]
-        if pieces:
+        block = _host_block(total)
+        if pieces or gathered:
             base = block.ctypes.data
             with open_checked(plan) as f:
                 try:
-                    parallel_read(f.fileno(), [(base + d, o, n) for o, d, n in pieces],
-                                  min(16, os.cpu_count() or 1))
+                    if pieces:
+                        parallel_read(f.fileno(), [(base + d, o, n) for o, d, n in pieces],
+                                      _THREADS)
+                    for sel, at in gathered:
+                        _gather(plan, f.fileno(), sel, block[at:at + sel.runs.nbytes])
                 except (OSError, EOFError) as exc:
                     raise CheckpointError(f"{plan.path}: reading the data failed, the file "
                                           f"changed while loading? ({exc})") from None
@@ -88,7 +96,7 @@ def read_selections(plan: FilePlan, selections: Sequence[Selection],
                                            (s.runs for s in selections))]
     views: list[TensorPtr] = []
     with DeviceMemoryBuffer.create(total, device, alignment=DEVICE_ALIGNMENT) as buf:
-        if not pieces:
+        if not (pieces or gathered):
             return buf._views(starts, shapes, types)
         with open_checked(plan) as f:
 
@@ -97,13 +105,61 @@ def read_selections(plan: FilePlan, selections: Sequence[Selection],
                 views.extend(buf._views(starts, shapes, types))
 
             try:
-                buf.allocator.copy_file_to_device(buf.data_ptr, f.fileno(), pieces,
-                                                  buf.device.index, on_queued=view)
+                if gathered:                   # gathered on the host, then one batched upload
+                    _gather_up(plan, f.fileno(), gathered, buf)
+                if pieces:
+                    buf.allocator.copy_file_to_device(buf.data_ptr, f.fileno(), pieces,
+                                                      buf.device.index, on_queued=view)
+                else:
+                    view()
             except (OSError, EOFError) as exc:
                 views.clear()
                 raise CheckpointError(f"{plan.path}: reading the data failed, the file "
                                       f"changed while loading? ({exc})") from None
     return views
+
+
+_THREADS = min(16, os.cpu_count() or 1)
+_GATHER_SPAN = 64 << 20          # the most file bytes a gathered read holds at once
+
+
+def _host_block(nbytes: int) -> np.ndarray:
+    """``nbytes`` of host memory starting at a DEVICE_ALIGNMENT multiple."""
+    raw = np.empty(nbytes + DEVICE_ALIGNMENT, np.uint8)
+    return raw[-raw.ctypes.data % DEVICE_ALIGNMENT:][:nbytes]
+
+
+def _gather_up(plan: FilePlan, fd: int, gathered: list[tuple[Selection, int]],
+               buf: DeviceMemoryBuffer) -> None:
+    """Gathered selections into their places in ``buf`` (offsets ``at``): each gathered
+    into a host block, then all moved by one batched :func:`h2d_copy`."""
+    host = _host_block(sum(_align(sel.runs.nbytes) for sel, _ in gathered))
+    srcs, at_host = [], 0
+    for sel, _ in gathered:
+        _gather(plan, fd, sel, host[at_host:at_host + sel.runs.nbytes])
+        srcs.append(make_tensor_ptr([sel.runs.nbytes], host[at_host:at_host + sel.runs.nbytes],
+                                    type=ScalarType.Byte))
+        at_host += _align(sel.runs.nbytes)
+    outs = buf._views([at for _, at in gathered], [[sel.runs.nbytes] for sel, _ in gathered],
+                      [ScalarType.Byte] * len(gathered))
+    h2d_copy(srcs, outs)
+
+
+def _gather(plan: FilePlan, fd: int, sel: Selection, dst: np.ndarray) -> None:
+    """The runs of ``sel`` into ``dst`` (its result's bytes): the file's bytes from the
+    first run to the last read by the copy threads in spans of at most _GATHER_SPAN,
+    each span's runs copied out."""
+    runs = sel.runs
+    first_byte = plan.data_offset + sel.entry.begin
+    chunks = [(a, b, int(runs.offsets[a]), int(runs.offsets[b - 1] - runs.offsets[a])
+               + runs.run_bytes) for a, b in runs.chunks(_GATHER_SPAN)]
+    span = np.empty(max(n for _, _, _, n in chunks), np.uint8)
+    out = dst.reshape(-1, runs.run_bytes)
+    for a, b, lo, n in chunks:
+        part = span[:n]
+        parallel_read(fd, [(part.ctypes.data, first_byte + lo, n)], _THREADS)
+        runs_ab = runs.gather(part, a, b)
+        np.copyto(out[a:b].reshape(runs_ab.shape), runs_ab)
 
 
 class SafeSlice:

@@ -25,7 +25,14 @@ import numpy.typing as npt
 
 from etptr.checkpoint._errors import CheckpointError
 
-__all__ = ["SliceRuns", "slice_runs"]
+__all__ = ["GATHER_RUN", "GATHER_STRIDE", "SliceRuns", "slice_runs"]
+
+#: Runs shorter than GATHER_RUN bytes whose span averages at most GATHER_STRIDE bytes
+#: a run are read as the span that holds them and gathered in memory: a read call costs
+#: about what copying that many bytes costs (bench/results/DECISIONS.md, row
+#: ``gathered slices``).
+GATHER_STRIDE = 8 * 1024
+GATHER_RUN = 4 * 1024
 
 
 @dataclass(frozen=True)
@@ -46,11 +53,50 @@ class SliceRuns:
     shape: tuple[int, ...]
     offsets: npt.NDArray[np.int64]
     run_bytes: int
+    grid: tuple[tuple[int, int], ...] = ()
 
     @property
     def nbytes(self) -> int:
         """Bytes of the result."""
         return int(self.offsets.size) * self.run_bytes
+
+    @property
+    def span(self) -> int:
+        """Bytes from the first run's start to the last run's end (0 when empty)."""
+        if not self.offsets.size or not self.run_bytes:
+            return 0
+        return int(self.offsets[-1] - self.offsets[0]) + self.run_bytes
+
+    @property
+    def gathered(self) -> bool:
+        """Whether the runs are read as their span and gathered in memory: many runs
+        shorter than GATHER_RUN bytes whose span averages at most GATHER_STRIDE bytes a
+        run."""
+        n = int(self.offsets.size)
+        return (n > 1 and 0 < self.run_bytes < GATHER_RUN
+                and self.span <= GATHER_STRIDE * n)
+
+    def chunks(self, max_span: int) -> list[tuple[int, int]]:
+        """``(first, stop)`` run numbers of consecutive groups of runs along the grid's
+        outermost dim, each spanning at most ``max_span`` bytes of the file (a group
+        of one outer step at least)."""
+        count, step = self.grid[0]
+        inner = int(self.offsets.size) // count
+        per = max(1, (max_span - (self.span - (count - 1) * step)) // step + 1) if step else count
+        return [(i * inner, min(count, i + per) * inner) for i in range(0, count, per)]
+
+    def gather(self, span: np.ndarray, first: int, stop: int) -> np.ndarray:
+        """A strided view of ``span`` (the file's bytes from run ``first``'s start) that
+        holds runs ``first .. stop - 1`` in the result's order, shaped
+        ``(outer counts..., run_bytes)``; ``first`` and ``stop`` from :meth:`chunks`."""
+        counts = [c for c, _ in self.grid]
+        counts[0] = (stop - first) // (int(self.offsets.size) // counts[0])
+        strides = [st for _, st in self.grid]
+        extent = sum((c - 1) * st for c, st in zip(counts, strides)) + self.run_bytes
+        if extent > span.size:          # as_strided does not check: never read past it
+            raise ValueError(f"runs {first}..{stop} span {extent} bytes; {span.size} given")
+        return np.lib.stride_tricks.as_strided(span, shape=(*counts, self.run_bytes),
+                                               strides=(*strides, 1), writeable=False)
 
 
 def _dims(index: Any, shape: tuple[int, ...], name: str) -> list[tuple[int, int, int, bool]]:
@@ -120,7 +166,7 @@ def slice_runs(index: Any, shape: tuple[int, ...], element_size: int, name: str)
         k -= 1
     if k < 0:
         total = element_size * int(np.prod(shape, dtype=np.int64)) if shape else element_size
-        return SliceRuns(result, np.zeros(1, np.int64), total)
+        return SliceRuns(result, np.zeros(1, np.int64), total, ((1, 0),))
     start_k, count_k, step_k, _ = dims[k]
     if step_k == 1:
         run_bytes = count_k * strides[k]
@@ -129,10 +175,12 @@ def slice_runs(index: Any, shape: tuple[int, ...], element_size: int, name: str)
         run_bytes = strides[k]
         outer = range(k + 1)
     offsets = np.zeros(1, np.int64)
+    grid = []
     for i in outer:
         start, count, step, _ = dims[i]
         picks = (start + step * np.arange(count, dtype=np.int64)) * strides[i]
         offsets = np.add.outer(offsets, picks).reshape(-1)
+        grid.append((count, step * strides[i]))
     if step_k == 1:
         offsets += start_k * strides[k]
-    return SliceRuns(result, offsets, run_bytes)
+    return SliceRuns(result, offsets, run_bytes, tuple(grid) or ((1, 0),))

@@ -523,7 +523,12 @@ def test_a_load_into_existing_device_tensors_writes_only_them(tmp_path, alloc, d
         assert etptr.clone_tensor_ptr_to_cpu(guards[k]).numpy().tolist() == [7] * 64
 
 
-def test_device_slices_of_a_checkpoint(tmp_path, alloc, pool):
+@pytest.mark.parametrize("gather_stride", [0, 8 * 1024], ids=["runs", "gathered"])
+def test_device_slices_of_a_checkpoint(tmp_path, alloc, pool, monkeypatch, gather_stride):
+    # each run read into the pinned slots, or runs close together read as their span,
+    # gathered on the host and taken up in one batched upload
+    from etptr.checkpoint import _slices
+    monkeypatch.setattr(_slices, "GATHER_STRIDE", gather_stride)
     rng = np.random.default_rng(3)
     arrays = {"w": rng.standard_normal((64, 96)).astype(np.float32),
               "v": rng.integers(0, 9, (32, 40), dtype=np.int64)}

@@ -149,6 +149,14 @@ def test_index_naming_a_missing_tensor_is_refused(sharded, capsys):
     (["--repeats", "0"], "not a positive integer"),
     (["--sweep", "--max-size", "12 parsecs"], "expected a number"),
     (["--sweep", "--line-rate-size", "1GiB"], "applies to checkpoint mode"),
+    (["--fresh", "--many"], "separate modes"),
+    (["--tp", "--fresh"], "separate modes"),
+    (["--cache", "cold"], "--cache applies only with --fresh"),
+    (["--fresh", "--loaders", "etptr,nosuch"], "nosuch: choose from"),
+    (["--fresh", "--cache", "lukewarm"], "lukewarm: choose from"),
+    (["--tp", "two"], "world sizes like 2,4,8"),
+    (["--tp", "--plot", "x.png"], "print tables"),
+    (["--dir", "/no/such/dir"], "not a directory"),
 ])
 def test_bad_arguments_exit_2(argv, message, capsys):
     try:
@@ -454,3 +462,45 @@ def test_many_without_cuda_says_so_in_one_line(capsys):
     assert "--many needs CUDA" in out
     assert "CPU parts" not in out                 # --many has none to run
     assert "peers only" not in out and "no CUDA path" not in out     # one line, no contradiction
+
+
+def _plain_checkpoint(tmp_path):
+    """Tensors the safetensors library's NumPy side reads too (no bfloat16)."""
+    rng = np.random.default_rng(5)
+    path = tmp_path / "plain.safetensors"
+    save_file({"model.layers.0.self_attn.q_proj.weight": rng.standard_normal((8, 6)).astype(np.float32),
+               "model.layers.0.self_attn.o_proj.weight": rng.standard_normal((6, 8)).astype(np.float32),
+               "model.norm.weight": np.ones(6, np.float32),
+               "step": np.arange(5, dtype=np.int64)}, str(path))
+    return path
+
+
+def test_fresh_mode_times_each_loader_in_a_process_of_its_own(tmp_path, capsys):
+    path = _plain_checkpoint(tmp_path)
+    out_json = tmp_path / "fresh.json"
+    status = main([str(path), "--fresh", "--cpu", "--cache", "warm", "--loaders",
+                   "etptr,safetensors", "--no-progress", "--json", str(out_json)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert "etptr (a map: pages are read when first touched)" in text
+    assert "the bound of a cold load" in text and "a map's time, not a read's" in text
+    doc = json.loads(out_json.read_text())
+    assert doc["mode"] == "fresh" and doc["mismatches"] == {}
+    rows = {r["loader"]: r for r in doc["fresh"]}
+    assert rows["etptr"]["map"] is True and rows["safetensors"]["map"] is False
+    assert rows["etptr"]["differ"] == [] and rows["etptr"]["first_s"] > 0
+    assert rows["etptr"]["bytes"] == rows["safetensors"]["bytes"] == 8 * 6 * 4 * 2 + 24 + 40
+
+
+def test_tp_mode_reads_every_ranks_share(tmp_path, capsys):
+    path = _plain_checkpoint(tmp_path)
+    out_json = tmp_path / "tp.json"
+    status = main([str(path), "--tp", "2,3", *COMMON, "--json", str(out_json)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert "etptr get_slices GB/s" in text
+    doc = json.loads(out_json.read_text())
+    assert doc["mode"] == "tp" and doc["worlds"] == [2, 3]
+    # the split weights once over the ranks, the others whole on every rank
+    assert doc["timings"]["tp2.etptr"]["nbytes"] == 8 * 6 * 4 * 2 + 2 * (24 + 40)
+    assert doc["timings"]["tp3.etptr"]["nbytes"] == 8 * 6 * 4 * 2 + 3 * (24 + 40)

@@ -163,7 +163,9 @@ class _Counting(HostDeviceAllocator):
         return super().copy_file_to_device(dst, fd, pieces, index, **kw)
 
 
-def test_device_slices_read_only_their_bytes_in_one_copy_per_file(path):
+def test_device_slices_read_only_their_bytes_in_one_copy_per_file(path, monkeypatch):
+    from etptr.checkpoint import _slices
+    monkeypatch.setattr(_slices, "GATHER_STRIDE", 0)          # every run read by itself
     alloc = _Counting()
     with use_allocator(alloc):
         with etptr.safe_open(path, device="cuda") as f:
@@ -180,7 +182,8 @@ def test_device_slices_read_only_their_bytes_in_one_copy_per_file(path):
 
 
 def test_cpu_slices_read_only_their_bytes(path, monkeypatch):
-    from etptr.checkpoint import _safe_open
+    from etptr.checkpoint import _safe_open, _slices
+    monkeypatch.setattr(_slices, "GATHER_STRIDE", 0)
     read = []
     real = _safe_open.parallel_read
 
@@ -193,6 +196,77 @@ def test_cpu_slices_read_only_their_bytes(path, monkeypatch):
     got = etptr.safe_open(path, framework="np").get_slice("w_2d")[:, 3:5]
     assert read == [8 * 2 * 4] and _bytes(got) == _bytes(ARRAYS["w_2d"][:, 3:5])
     assert got.flags.writeable                   # memory of its own
+
+
+def _counting_reads(monkeypatch):
+    from etptr.checkpoint import _safe_open
+    read = []
+    real = _safe_open.parallel_read
+
+    def counting(fd, segments, *args, **kwargs):
+        segments = list(segments)
+        read.append([n for _, _, n in segments])
+        return real(fd, segments, *args, **kwargs)
+
+    monkeypatch.setattr(_safe_open, "parallel_read", counting)
+    return read
+
+
+GATHERED = [("w_2d", (slice(None), slice(3, 5))), ("w_2d", (slice(1, 7, 3), slice(2, 9, 2))),
+            ("w_3d", (slice(None), slice(1, 4), slice(2, 6))), ("w_3d", (Ellipsis, 2)),
+            ("w_bf16", (slice(None), slice(5, 9))), ("test", (0, slice(None), 2))]
+
+
+@pytest.mark.parametrize("name, index", GATHERED, ids=[f"{n}{i}" for n, i in GATHERED])
+def test_runs_close_together_are_read_as_their_span_once(path, monkeypatch, name, index):
+    read = _counting_reads(monkeypatch)
+    want = ARRAYS[name][index]
+    got = etptr.safe_open(path, framework="np").get_slice(name)[index]
+    assert got.shape == want.shape and _bytes(got) == _bytes(want)
+    runs = etptr.checkpoint._slices.slice_runs(index, ARRAYS[name].shape,
+                                               ARRAYS[name].itemsize, name)
+    assert runs.gathered and read == [[runs.span]]
+
+
+@pytest.mark.parametrize("span", [1, 64, 200, 1 << 20])
+def test_a_gathered_slice_read_in_spans_of_any_size(path, monkeypatch, span):
+    from etptr.checkpoint import _safe_open
+    monkeypatch.setattr(_safe_open, "_GATHER_SPAN", span)
+    read = _counting_reads(monkeypatch)
+    for name, index in GATHERED:
+        got = etptr.safe_open(path, framework="np").get_slice(name)[index]
+        assert _bytes(got) == _bytes(ARRAYS[name][index]), (name, index)
+    assert all(sum(r) <= max(span, 16 * 6 * 8) for r in read)   # one outer step at least
+
+
+def test_gathered_slices_on_a_device_go_up_in_one_batch(path, monkeypatch):
+    calls = []
+    real = etptr.checkpoint._safe_open.h2d_copy
+    monkeypatch.setattr(etptr.checkpoint._safe_open, "h2d_copy",
+                        lambda srcs, outs: (calls.append(len(srcs)), real(srcs, outs)))
+    alloc = _Counting()
+    with use_allocator(alloc):
+        with etptr.safe_open(path, device="cuda") as f:
+            reqs = GATHERED + [("w_2d", (slice(2, 5),))]
+            got = f.get_slices(reqs)
+        for (name, index), g in zip(reqs, got):
+            assert _bytes(etptr.clone_tensor_ptr_to_cpu(g).numpy()) == _bytes(ARRAYS[name][index])
+        assert calls == [len(GATHERED)] and alloc.uploads == [3 * 16 * 4]
+        del got, g
+    assert alloc.live_bytes == 0
+
+
+def test_a_file_cut_under_a_gathered_read_is_refused(tmp_path):
+    p = tmp_path / "cut.safetensors"
+    etptr.save_safetensors({"w": etptr.make_tensor_ptr(np.ones((64, 64), np.float32))}, p)
+    f = etptr.safe_open(p)
+    with open(p, "r+b") as fh:                    # cut inside the tensor, times kept
+        st = os.stat(p)
+        fh.truncate(st.st_size - 1000)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(CheckpointError, match="cut.safetensors"):
+        f.get_slice("w")[:, 0:8]
+    f.close()
 
 
 def test_metadata_survives_a_load_save_round_trip(path, tmp_path):
