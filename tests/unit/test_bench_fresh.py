@@ -42,10 +42,11 @@ def test_the_disk_rate_reads_every_byte(ckpt):
     assert how.startswith("buffered" if kind in ("tmpfs", "ramfs") else ("O_DIRECT", "buffered"))
 
 
-@pytest.mark.parametrize("loader", ["etptr", "safetensors"])
+@pytest.mark.parametrize("loader", ["etptr", "etptr-set-up", "safetensors"])
 def test_a_loader_runs_in_a_fresh_process_and_is_checked(ckpt, loader):
     r = _fresh.run_fresh(loader, ckpt, "cpu", "warm")
     assert r.error is None, r.error
+    assert (r.setup_s is not None and r.setup_s > 0) == (loader == "etptr-set-up")
     assert r.nbytes == 9 << 20 and r.first_s > 0 and r.later_s > 0
     assert sorted(r.digests) == ["t0", "t1", "t2"]
     other = _fresh.run_fresh("safetensors" if loader == "etptr" else "etptr", ckpt, "cpu",
