@@ -19,6 +19,7 @@ from etptr.checkpoint._format import (
     DTYPE_NAMES, MAX_HEADER_BYTES, SAFETENSORS_DTYPES, FilePlan, TensorEntry, parse_header)
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, CopyRun, FileLayout, layout_file
 from etptr.checkpoint._load import load_safetensors
+from etptr.checkpoint._background import SaveHandle
 from etptr.checkpoint._plan import CheckpointPlan, read_plan
 from etptr.checkpoint._save import save_safetensors
 
@@ -32,6 +33,7 @@ __all__ = [
     "CopyRun",
     "FileLayout",
     "FilePlan",
+    "SaveHandle",
     "TensorEntry",
     "layout_file",
     "load_safetensors",
