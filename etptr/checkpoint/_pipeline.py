@@ -344,9 +344,15 @@ class _Run:
                 copy_buffer(block.array[c:c + n], _host_bytes(t)[at:at + n])
             else:
                 srcs, outs = batches.setdefault(t.device, ([], []))
-                srcs.append(make_tensor_ptr([n], t.data_ptr + at, type=ScalarType.Byte,
-                                            device=t.device))
-                outs.append(make_tensor_ptr([n], base + c, type=ScalarType.Byte))
+                if n == t.nbytes:
+                    # the whole tensor: itself (what it shares with the others, one
+                    # allocation of a loaded file, is then known without asking the driver)
+                    srcs.append(t)
+                    outs.append(make_tensor_ptr(list(t.sizes), base + c, type=t.scalar_type))
+                else:
+                    srcs.append(make_tensor_ptr([n], t.data_ptr + at, type=ScalarType.Byte,
+                                                device=t.device))
+                    outs.append(make_tensor_ptr([n], base + c, type=ScalarType.Byte))
         for srcs, outs in batches.values():
             d2h_copy(srcs, outs)
 
