@@ -20,7 +20,10 @@ previous one's dirty pages still queued. The ways:
 * ``write, 1 thread/file``: ``os.write`` of 64 MiB at a time, one thread per file.
 
 ``--durable`` also times each way followed by ``fsync`` of every file (in parallel) and
-of the directory. The source is one array of random bytes, faulted in before timing.
+of the directory. ``--etptr`` adds ``etptr.save_safetensors`` itself through each of its
+write paths (``etptr map``, ``etptr pwrite``: ``etptr.checkpoint._sinks.WRITE_PATH``),
+of CPU tensors of 16 MiB over the same bytes, one file, or sharded into as many files.
+The source is one array of random bytes, faulted in before timing.
 """
 import argparse
 import mmap
@@ -115,6 +118,34 @@ def way_write(paths, parts, threads, piece):
         list(ex.map(lambda pp: one(*pp), zip(paths, parts)))
 
 
+def way_etptr(path):
+    import etptr
+    from etptr.checkpoint import _sinks
+
+    def run(paths, parts, threads, piece):
+        work = os.path.dirname(paths[0])
+        tensors = {}
+        for k, part in enumerate(parts):
+            for i, at in enumerate(range(0, len(part), 16 << 20)):
+                tensors[f"f{k}.t{i:05d}"] = etptr.make_tensor_ptr(part[at:at + (16 << 20)])
+        _sinks.WRITE_PATH = path
+        try:
+            if len(parts) == 1:
+                etptr.save_safetensors(tensors, os.path.join(work, ".f0.tmp"))
+            else:
+                etptr.save_safetensors(tensors, os.path.join(work, "sharded"),
+                                       max_shard_size=len(parts[0]))
+                for i, name in enumerate(sorted(os.listdir(os.path.join(work, "sharded")))):
+                    if name.startswith("model-"):
+                        os.rename(os.path.join(work, "sharded", name),
+                                  os.path.join(work, f".f{i}.tmp"))
+                import shutil
+                shutil.rmtree(os.path.join(work, "sharded"))
+        finally:
+            _sinks.WRITE_PATH = "auto"
+    return run
+
+
 def _sync_all(paths, directory):
     def one(p):
         fd = os.open(p, os.O_RDONLY)
@@ -141,6 +172,8 @@ def main():
     ap.add_argument("--piece", type=int, default=8, help="pwrite piece, MiB")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--durable", action="store_true")
+    ap.add_argument("--etptr", action="store_true",
+                    help="also time etptr.save_safetensors through each write path")
     ap.add_argument("--out")
     args = ap.parse_args()
     dirs = args.dir or [tempfile.gettempdir(), "/dev/shm"]
@@ -155,6 +188,8 @@ def main():
         ways.append((f"pwrite x{t}", way_pwrite(False), t))
         ways.append((f"fallocate+pwrite x{t}", way_pwrite(True), t))
     ways.append(("write, 1 thread/file", way_write))
+    if args.etptr:
+        ways += [("etptr map", way_etptr("map")), ("etptr pwrite", way_etptr("pwrite"))]
     ways = [w if len(w) == 3 else (w[0], w[1], 1) for w in ways]
     for d in dirs:
         kind = _fs_type(os.path.realpath(d))
