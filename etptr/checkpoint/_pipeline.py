@@ -52,12 +52,14 @@ __all__ = ["CHUNK_BYTES", "SYNC_STAGING_BYTES", "FileSpec", "background_staging_
            "run_save", "writer_count"]
 
 #: Bytes of consecutive file data one staging block carries (one d2h batch, one write).
+#: Not measured (bench/results/DECISIONS.md, ``save chunks and staging``).
 CHUNK_BYTES = 64 << 20
 
-#: Staging a synchronous save holds at most: four blocks in flight.
+#: Staging a synchronous save holds at most: four blocks in flight (the same row).
 SYNC_STAGING_BYTES = 4 * CHUNK_BYTES
 
-#: Writer threads at most (also at most one per file, and half the copy threads).
+#: Writer threads at most (also at most one per file, and half the copy threads; at
+#: least 2): bench/results/DECISIONS.md, ``save writers``.
 MAX_WRITERS = 8
 
 
@@ -69,7 +71,7 @@ def writer_count(files: int) -> int:
 def background_staging_bytes(total: int) -> int:
     """The default cap of a background save's staging: the whole checkpoint, up to a
     quarter of the machine's memory (the pinned pool's own default cap), at least one
-    chunk."""
+    chunk (bench/results/DECISIONS.md, ``background staging cap``)."""
     try:
         memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError):

@@ -35,7 +35,8 @@ __all__ = ["MAP_MIN_THREADS", "WRITE_PATH", "MapSink", "PwriteSink", "check_room
 #: and the probes time a write path that the rule would not pick. Not an API.
 WRITE_PATH = "auto"
 
-#: Copy threads from which the mapped write path is used (``save write path``).
+#: Copy threads from which the mapped write path is used (bench/results/DECISIONS.md,
+#: ``save write path``; ``save reservation`` for the reservations).
 MAP_MIN_THREADS = 8
 
 #: File systems whose files hold no blocks to allocate (pages of memory): no reservation.
