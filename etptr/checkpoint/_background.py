@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from etptr.checkpoint._errors import CheckpointError
-from etptr.checkpoint._pipeline import FileSpec, _Run, _Stopped
+from etptr.checkpoint._pipeline import FileSpec, _Run, _Shared, _Stopped
 
 __all__ = ["SaveHandle", "start"]
 
@@ -45,20 +45,29 @@ class SaveHandle:
         The files the save writes, in order (a sharded save's shards, then its index).
     """
 
+    paths: tuple[Path, ...]
+    _shared: _Shared
+    _staged: threading.Event
+    _done: threading.Event
+    _error: BaseException | None
+    _started: float
+    _staged_s: float | None
+    _done_s: float | None
+
     def __init__(self) -> None:
         raise TypeError("SaveHandle is returned by save_safetensors(..., background=True)")
 
     @classmethod
     def _new(cls, paths: tuple[Path, ...], run: _Run) -> SaveHandle:
-        self = object.__new__(cls)
+        self: SaveHandle = object.__new__(cls)
         self.paths = paths
         self._shared = run.shared
         self._staged = threading.Event()
         self._done = threading.Event()
-        self._error: BaseException | None = None
+        self._error = None
         self._started = time.perf_counter()
-        self._staged_s: float | None = None
-        self._done_s: float | None = None
+        self._staged_s = None
+        self._done_s = None
         return self
 
     def staged(self) -> bool:

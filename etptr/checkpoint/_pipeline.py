@@ -90,14 +90,14 @@ class FileSpec:
 
     @property
     def size(self) -> int:
-        return len(self.header) + sum(it.tensor.nbytes for it in self.items)
+        return len(self.header) + sum(int(it.tensor.nbytes) for it in self.items)
 
 
 def _row_major(t: TensorPtr) -> bool:
     return t.dim_order == tuple(range(t.dim()))
 
 
-def _host_bytes(t: TensorPtr) -> np.ndarray:
+def _host_bytes(t: TensorPtr) -> Any:
     """A row-major CPU tensor's bytes as a flat uint8 array over its memory (the caller
     keeps ``t`` alive while the array is used)."""
     return make_tensor_ptr([t.nbytes], t.data_ptr, type=ScalarType.Byte).numpy()
@@ -139,7 +139,7 @@ def _chunks(index: int, spec: FileSpec, chunk_bytes: int) -> list[_Chunk]:
 
 def _interleave(per_file: list[list[_Chunk]]) -> list[_Chunk]:
     """Chunk k of every file, then chunk k + 1 of every file: all files advance at once."""
-    out = []
+    out: list[_Chunk] = []
     longest = max((len(c) for c in per_file), default=0)
     for k in range(longest):
         out.extend(c[k] for c in per_file if k < len(c))
@@ -201,7 +201,7 @@ class _Block:
 
     def __init__(self, units: int, room: threading.Semaphore) -> None:
         self.owner: Any = None
-        self.array = np.empty(0, np.uint8)
+        self.array: Any = np.empty(0, np.uint8)       # a uint8 ndarray over ``owner``
         self.units = units
         self._once = threading.Lock()
         self._room = room
@@ -318,7 +318,7 @@ class _Run:
             self.shared.room.acquire()
             block.units += 1
         self.shared.check()
-        owner = None
+        owner: Any = None
         if device is not None:
             alloc = get_device_allocator(device.type)
             if alloc is not None:
@@ -334,13 +334,14 @@ class _Run:
         device, CPU bytes with the copy threads."""
         base = block.array.ctypes.data
         batches: dict[Any, tuple[list[TensorPtr], list[TensorPtr]]] = {}
-        dense: tuple[TensorPtr, np.ndarray] | None = None
+        dense: tuple[TensorPtr, Any] | None = None
         for t, at, n, c in chunk.parts:
             if not _row_major(t):
                 if dense is None or dense[0] is not t:
                     host = t if t.device.is_cpu() else clone_tensor_ptr_to_cpu(t)
                     # a dim_order other than 0..n-1 gives a strided view: copy it dense
-                    dense = (t, np.ascontiguousarray(host.numpy()).reshape(-1).view(np.uint8))
+                    flat: Any = np.ascontiguousarray(host.numpy()).reshape(-1).view(np.uint8)
+                    dense = (t, flat)
                 copy_buffer(block.array[c:c + n], dense[1][at:at + n])
             elif t.device.is_cpu():
                 copy_buffer(block.array[c:c + n], _host_bytes(t)[at:at + n])
@@ -384,8 +385,8 @@ class _Run:
             self.shared.check()
             if chunk.host and not self.stage_all:
                 # written from the tensors' own memory (each source keeps its tensor)
-                sources = [(chunk.offset + c, _host_bytes(t)[at:at + n], t)
-                           for t, at, n, c in chunk.parts]
+                sources: list[tuple[int, Any, Any]] = [
+                    (chunk.offset + c, _host_bytes(t)[at:at + n], t) for t, at, n, c in chunk.parts]
                 self._queue(_Job(functools.partial(self._write, chunk.file, sources)))
                 continue
             device = next((t.device for t, *_ in chunk.parts if not t.device.is_cpu()), None)

@@ -182,7 +182,9 @@ def _commit_one(final: Path, durable: bool) -> Callable[[list[Any]], None]:
 
 
 def _plan_shards(items: list[_Item], meta: dict[str, str] | None, path: object,
-                 max_shard_size: object, durable: bool, created: list[Path]) -> tuple:
+                 max_shard_size: object, durable: bool, created: list[Path]
+                 ) -> tuple[list[FileSpec], Path, list[int], Callable[[list[Any]], None],
+                            tuple[Path, ...]]:
     """The files of a sharded save, its directory (prepared: the directories it makes are
     appended to ``created``), the bytes of every file, the commit and the paths."""
     limit = _shards.parse_shard_size(max_shard_size)
@@ -321,12 +323,14 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
             specs, directory, sizes, commit, paths = _plan_shards(
                 items, meta, path, max_shard_size, durable, created)
         check_room(directory, sizes)
-        how = {"durable": durable, "path": write_path(), "fs_type": file_system(directory)}
+        how, fs_type = write_path(), file_system(directory)
         if background:
             return _background.start(
                 specs, commit, paths, cleanup=lambda: _shards.remove_created(created),
-                staging_bytes=staging or background_staging_bytes(sum(sizes)), **how)
-        run_save(specs, commit, staging_bytes=staging or SYNC_STAGING_BYTES, **how)
+                staging_bytes=staging or background_staging_bytes(sum(sizes)),
+                durable=durable, path=how, fs_type=fs_type)
+        run_save(specs, commit, staging_bytes=staging or SYNC_STAGING_BYTES, durable=durable,
+                 path=how, fs_type=fs_type)
     except BaseException:
         _shards.remove_created(created)
         raise
