@@ -216,6 +216,21 @@ def test_a_shard_name_taken_by_a_directory(tmp_path):
     assert _listing(directory) == [INDEX]
 
 
+@pytest.mark.parametrize("sharded", [False, True])
+def test_an_unwritable_directory(tmp_path, monkeypatch, sharded):
+    # (as root every directory is writable: the check is made to say no)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if os.fspath(p).startswith(
+        str(tmp_path)) and mode & os.W_OK else real(p, mode, **kw))
+    target = tmp_path / "d" if sharded else tmp_path / "x.safetensors"
+    if sharded:
+        target.mkdir()
+    with pytest.raises(CheckpointError, match="is not writable"):
+        etptr.save_safetensors({"a": etptr.ones([2])}, target,
+                               max_shard_size=10 if sharded else None)
+    assert _listing(tmp_path) == (["d"] if sharded else [])
+
+
 def test_the_single_file_target_is_a_directory(tmp_path):
     (tmp_path / "x.safetensors").mkdir()
     with pytest.raises(CheckpointError, match="is a directory"):
