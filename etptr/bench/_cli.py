@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 import etptr
-from etptr.bench import (_checkpoint, _cpu, _cuda, _file_io, _fresh, _model_shapes, _sweep,
-                         _tensor_parallel)
+from etptr.bench import (_checkpoint, _cpu, _cuda, _file_io, _fresh, _model_shapes, _saves,
+                         _sweep, _tensor_parallel)
 from etptr.bench._report import GiB, MiB, fmt_gbps, fmt_ratio, fmt_size, parse_size, ratio, table
 from etptr.bench._timing import GB, STATS, run_cases
 
@@ -30,15 +30,18 @@ rate for cold files).
 
 Checkpoint mode loads the checkpoint onto the GPU with etptr.load_safetensors,
 with safetensors.torch.load_file(device=) when torch is importable, and with
-the safetensors library plus one cupy.asarray per tensor; writes it back with
-etptr.save_safetensors and with .cpu() + safetensors.torch.save_file, beside a
-save of the same bytes from host memory (how fast the file system takes a new
-file, which bounds every save); clones every tensor up and down one by one and
-as a batch; checks every tensor bit for bit against the safetensors library's
-own reading; and times the host operations (wrapping, views, resize,
-clone_tensor_ptr) and a 4-byte copy. Without CuPy or a CUDA device it says so
-in one line, times the CPU parts (load_safetensors(device="cpu") maps the
-files) and exits 0.
+the safetensors library plus one cupy.asarray per tensor; saves it into --dir
+(and /dev/shm with --tmpfs) with etptr.save_safetensors as one file, sharded
+(--shards files), in the background (the time the GPU tensors are held: until
+the copy-out is done) and durable, beside .cpu() + safetensors.torch.save_file,
+fastsafetensors' ParallelSaver when importable, and the file system's own
+write rate for the same bytes and file count, measured in the same run;
+clones every tensor up and down one by one and as a batch; checks every tensor
+bit for bit against the safetensors library's own reading; and times the host
+operations (wrapping, views, resize, clone_tensor_ptr) and a 4-byte copy.
+Without CuPy or a CUDA device it says so in one line, times the CPU parts
+(load_safetensors(device="cpu") maps the files; the saves write host tensors)
+and exits 0.
 
 Rates are GB/s (1e9 bytes per second); sizes are in binary units (KiB, MiB,
 GiB). Every figure is the median (or, with --stat best, the fastest) of
@@ -135,23 +138,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no progress bar (drawn on stderr only when it is a terminal)")
     p.add_argument("--layout", metavar="NAME", choices=sorted(_model_shapes.LAYOUTS),
                    help="instead of a checkpoint file, write one with the tensor shapes of a "
-                        "named public model (its dtype, random contents) to a temporary directory "
-                        "and measure it: " + "; ".join(
+                        "named public model (its dtype, random contents) into --dir and measure "
+                        "it: " + "; ".join(
                             f"{k} ({v.description})"
                             for k, v in sorted(_model_shapes.LAYOUTS.items())))
     p.add_argument("--plot", metavar="PATH",
                    help="write a PNG plot to PATH (matplotlib, Agg backend): GB/s of every "
                         "file <-> device path in checkpoint mode, GB/s against size with --sweep")
+    v = p.add_argument_group("saves (checkpoint mode)")
+    v.add_argument("--dir", metavar="DIR", default=None,
+                   help="directory the benchmark writes in: the saves, and the --layout "
+                        "checkpoint that the loads then read (default: the system temporary "
+                        "directory, %s); its file system is named beside every rate"
+                        % _tempdir())
+    v.add_argument("--tmpfs", action="store_true",
+                   help="also time the saves in /dev/shm (tmpfs)")
+    v.add_argument("--shards", type=_positive, default=8, metavar="N",
+                   help="files of the sharded saves and of the raw write rate they are "
+                        "compared with (default: 8)")
+    v.add_argument("--staging-cap", type=_size_arg, default=512 * MiB, metavar="SIZE",
+                   help="the smaller page-locked cap of the second background save "
+                        "(default: 512MiB; the first has the default cap, the whole "
+                        "checkpoint)")
+    v.add_argument("--save-repeats", type=_positive, default=3, metavar="N",
+                   help="timed rounds of the saves, after one untimed round (default: 3)")
+    v.add_argument("--no-durable", action="store_true",
+                   help="skip the durable=True saves (they run at the disk's speed)")
     p.add_argument("--many", action="store_true",
                    help="instead of a checkpoint, measure many tensors at once: 4096 x 16 KiB "
                         "and the 290 tensors of a Qwen2.5-0.5B-shaped checkpoint, up and down, "
                         "per tensor, batched and into existing tensors, against cupy and torch "
                         "loops and the line rate (needs CUDA)")
-    p.add_argument("--dir", metavar="PATH",
-                   help="directory for the files the benchmark writes (the --layout checkpoint, "
-                        "the saves): its file system is the one measured; default /dev/shm "
-                        "when it has room, else the system's temporary directory (with --fresh "
-                        "always the latter: a RAM file system cannot be made cold)")
     u = p.add_argument_group("loads as users meet them")
     u.add_argument("--fresh", action="store_true",
                    help="instead of timed passes in this process, time each loader's first "
@@ -182,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _tempdir() -> str:
+    import tempfile
+    return tempfile.gettempdir()
+
+
 def _check_args(parser, args):
     if args.sweep and args.checkpoints:
         parser.error("--sweep measures synthetic buffers; give either --sweep or checkpoints")
@@ -204,7 +226,7 @@ def _check_args(parser, args):
                          f"{'applies' if len(given) == 1 else 'apply'} only with --fresh")
     if (args.fresh or args.tp) and args.plot:
         parser.error("--plot draws checkpoint mode and --sweep; --fresh and --tp print tables")
-    if args.dir and not os.path.isdir(args.dir):
+    if args.dir is not None and not os.path.isdir(args.dir):
         parser.error(f"--dir {args.dir}: not a directory")
     if not args.sweep:
         given = [o for o, v in (("--quick", args.quick),
@@ -282,9 +304,8 @@ COPY_PATHS = (("etptr", "etptr clone_tensor_ptr_to, per tensor"),
               ("cupy", "cupy.asarray / ndarray.get()"), ("torch", "torch .cuda() / .cpu()"))
 TINY_PATHS = tuple(p for p in COPY_PATHS if p[0] != "etptr_batch")
 
-# (case key, label, direction) of the file <-> device paths, in table order
-FILE_PATHS = (("etptr.load", "H2D"), ("torch.load", "H2D"), ("cupy.load", "H2D"),
-              ("etptr.save", "D2H"), ("torch.save", "D2H"), ("host.save", "D2H"))
+# (case key, label, direction) of the file -> device paths, in table order
+FILE_PATHS = (("etptr.load", "H2D"), ("torch.load", "H2D"), ("cupy.load", "H2D"))
 
 
 def _copy_tables(timings, env, stat, line_bytes):
@@ -345,8 +366,7 @@ def _run_checkpoint(args, env, out, measure=None) -> tuple:
     if args.layout:
         import tempfile
         spec = _model_shapes.LAYOUTS[args.layout]
-        where = args.dir or (tempfile.gettempdir() if args.fresh
-                             else _file_io.scratch_dir(3 * spec.nbytes))
+        where = args.dir or tempfile.gettempdir()      # the disk's file system, as users
         with tempfile.TemporaryDirectory(prefix="etptr-layout-", dir=where) as tmp:
             out(f"writing a checkpoint shaped like {args.layout} ({spec.description}) to {tmp}")
             path = _model_shapes.write_layout(args.layout, tmp)
@@ -409,6 +429,7 @@ def _measure_checkpoint(args, env, out, paths) -> tuple:
             labels.update({c.key: c.label for c in files.cases})
             timings = run_cases(cases, repeats=args.repeats, warmup=args.warmup,
                                 progress=not args.no_progress)
+            saves = _measure_saves(args, env, ckpt, files, timings, out)
         finally:
             if prepared is not None:
                 prepared.close()
@@ -440,6 +461,15 @@ def _measure_checkpoint(args, env, out, paths) -> tuple:
     out(f"checkpoint save (etptr.save_safetensors, read back): "
         f"{count - len(files.save_bad)}/{count} tensors bit-identical"
         + (f"; differ: {', '.join(files.save_bad[:5])}" if files.save_bad else ""))
+    line_d2h = timings["line.d2h"].gbps(args.stat) if "line.d2h" in timings else None
+    save_text, save_ratios = _saves.save_table(saves, args.stat, nbytes, line_d2h,
+                                               args.shards, args.save_repeats)
+    out("")
+    out(save_text)
+    report["ratios"]["saves"] = save_ratios
+    report["saves"] = {k: {"directory": d, "file_system": fs, "files": n,
+                           "fresh_process": False}
+                       for k, (d, fs, n) in saves.where.items()}
     report["load_mismatches"] = files.load_bad
     report["save_mismatches"] = files.save_bad
     failed = failed or bool(files.load_bad) or bool(files.save_bad)
@@ -491,7 +521,7 @@ def _file_table(timings, labels, stat):
             continue
         rate = g(full)
         line = g(f"line.{direction.lower()}")
-        peer = g(prefix + ("torch.load" if direction == "H2D" else "torch.save"))
+        peer = g(prefix + "torch.load")
         r_line, r_peer = ratio(rate, line), ratio(rate, peer) if key.startswith("etptr") else None
         ratios[key] = {"gbps": rate, "line": r_line, "torch": r_peer}
         rows.append([labels[full], fmt_gbps(rate), fmt_ratio(r_line), fmt_ratio(r_peer)])
@@ -505,13 +535,24 @@ def _file_table(timings, labels, stat):
     if prefix == "file.cpu.":
         text += ("\n  (load_safetensors(device='cpu') maps the file: its tensors are views of "
                  "the page cache, no bytes are copied, so its rate is not a copy rate)")
-    save, host_save = g(prefix + "etptr.save"), g(prefix + "host.save")
-    if save is not None and host_save is not None:
-        ratios["save_vs_host_save"] = ratio(save, host_save)
-        text += (f"\n  etptr.save_safetensors from the device / the same save from host memory: "
-                 f"{fmt_ratio(ratio(save, host_save))} (new files are written no faster "
-                 f"than the file system takes them)")
     return text, ratios, bars
+
+
+def _measure_saves(args, env, ckpt, files, timings, out):
+    """The saves (etptr.bench._saves), their timings added to ``timings`` (the one-file
+    save on --dir also as ``file.etptr.save``, or ``file.cpu.etptr.save`` without CUDA)."""
+    dirs = _saves.save_dirs(args.dir, args.tmpfs)
+    out(f"saves: {', '.join(d for _, d in dirs)} ({ckpt.nbytes / 1e9:.2f} GB, "
+        f"{args.save_repeats} rounds)")
+    saves = _saves.measure_saves(
+        env, files.loaded, ckpt.arrays, ckpt.nbytes, torch_tensors=files.torch_loaded,
+        dirs=dirs, shards=args.shards, rounds=args.save_repeats,
+        staging_cap=args.staging_cap, durable=not args.no_durable, out=out)
+    timings.update(saves.timings)
+    if "save.dir.etptr.1" in saves.timings:
+        prefix = "file." if env.available and env.etptr_ok else "file.cpu."
+        timings[prefix + "etptr.save"] = saves.timings["save.dir.etptr.1"]
+    return saves
 
 
 def _run_many(args, env, out) -> tuple:

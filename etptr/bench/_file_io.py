@@ -1,15 +1,13 @@
-"""File <-> device parts of ``etptr-bench``: loading a checkpoint onto the GPU and writing
-it back, for etptr and the loaders people use, and the bit-for-bit checks.
+"""File <-> device parts of ``etptr-bench``: loading a checkpoint onto the GPU, for etptr
+and the loaders people use, and the bit-for-bit checks of loads and saves.
 
 File -> GPU: ``etptr.load_safetensors(device=)``, ``safetensors.torch.load_file(device=)``
 (when torch is importable) and the safetensors library's numpy reading followed by one
-``cupy.asarray`` per tensor. GPU -> file: ``etptr.save_safetensors`` and ``.cpu()`` of
-each torch tensor followed by ``safetensors.torch.save_file``, beside ``save_safetensors``
-of the same bytes from host memory: the rate at which the file system takes a new file,
-which bounds every save. Every path reads the same
-files from a warm page cache (they are read once before timing starts) and writes into
-a temporary directory. Without CUDA, the CPU forms are timed: ``load_safetensors(device=
-"cpu")`` (zero-copy views of the mapped files) and saving CPU tensors.
+``cupy.asarray`` per tensor. Every path reads the same files from a warm page cache (they
+are read once before timing starts). Without CUDA, the CPU form is timed:
+``load_safetensors(device="cpu")`` (zero-copy views of the mapped files). The loaded
+tensors (etptr's, and torch's when importable) are kept for the saves, which
+:mod:`etptr.bench._saves` times on the file systems the user names.
 """
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ from typing import Any, Optional
 import numpy as np
 
 import etptr
-from etptr.bench._cpu import mismatches, plain_view, wrap
+from etptr.bench._cpu import mismatches, plain_view
 from etptr.bench._timing import Case
 
 
@@ -66,6 +64,8 @@ class FileCases:
     load_bad: Optional[list] = None      # tensors etptr.load_safetensors got wrong
     save_bad: Optional[list] = None      # tensors etptr.save_safetensors wrote wrong
     tmpdir: Any = None
+    loaded: dict = field(default_factory=dict)     # name -> etptr tensor, for the saves
+    torch_loaded: Optional[dict] = None            # name -> torch tensor on the device
 
     def close(self) -> None:
         if self.tmpdir is not None:
@@ -102,6 +102,9 @@ def file_cases(env, paths, ckpt, progress: bool, where: Optional[str] = None) ->
                                            etptr.load_safetensors(target, "cpu"))
     sync = env.sync if device != "cpu" else None
     key = "file" if device != "cpu" else "file.cpu"
+    for i, got in enumerate(loaded):
+        for name, t in got.items():
+            out.loaded[name if name not in out.loaded else f"{i}:{name}"] = t
 
     def add(name, label, fn, sync=sync):
         out.cases.append(Case(f"{key}.{name}", label, fn, nbytes=nbytes, count=count, sync=sync))
@@ -110,16 +113,8 @@ def file_cases(env, paths, ckpt, progress: bool, where: Optional[str] = None) ->
         os.unlink(t)                 # the checks' files: out of the page cache's way
     add("etptr.load", f"etptr.load_safetensors(device={device!r})",
         lambda: [etptr.load_safetensors(a, device, progress=False) for a in args])
-    saves = [("etptr.save", "etptr.save_safetensors",
-              lambda: [etptr.save_safetensors(got, t) for got, t in zip(loaded, targets)], sync)]
     if device == "cpu":
-        for case in saves:
-            add(*case)
         return out
-    host_tensors = dict(zip(ckpt.names, wrap(ckpt.arrays)))
-    host_target = os.path.join(out.tmpdir.name, "host.safetensors")
-    saves.append(("host.save", "etptr.save_safetensors of host tensors (file system)",
-                  lambda: etptr.save_safetensors(host_tensors, host_target), None))
     cp, torch = env.cupy, env.torch
     add("cupy.load", "safetensors (numpy) + cupy.asarray per tensor",
         lambda: [cp.asarray(plain_view(a)) for a in reference_load(paths).arrays])
@@ -130,14 +125,9 @@ def file_cases(env, paths, ckpt, progress: bool, where: Optional[str] = None) ->
         t_loaded = {}
         for f in files:
             t_loaded.update(st_torch.load_file(f, device=dev))
-        torch_target = os.path.join(out.tmpdir.name, "torch.safetensors")
+        out.torch_loaded = t_loaded
         add("torch.load", f"safetensors.torch.load_file(device={dev!r})",
             lambda: [st_torch.load_file(f, device=dev) for f in files], env.torch_sync)
-        saves.append(("torch.save", ".cpu() + safetensors.torch.save_file",
-                      lambda: st_torch.save_file({k: v.cpu() for k, v in t_loaded.items()},
-                                                 torch_target), env.torch_sync))
-    for case in saves:               # after every load: their files fill the page cache
-        add(*case)
     return out
 
 

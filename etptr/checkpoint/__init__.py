@@ -20,6 +20,7 @@ from etptr.checkpoint._format import (
 from etptr.checkpoint._layout import DEVICE_ALIGNMENT, CopyRun, FileLayout, layout_file
 from etptr.checkpoint._into import IncompatibleKeys
 from etptr.checkpoint._load import load_safetensors
+from etptr.checkpoint._background import SaveHandle
 from etptr.checkpoint._plan import CheckpointPlan, read_plan
 from etptr.checkpoint._safe_open import SafeOpen, SafeSlice, safe_open
 from etptr.checkpoint._save import save_safetensors
@@ -38,6 +39,7 @@ __all__ = [
     "IncompatibleKeys",
     "SafeOpen",
     "SafeSlice",
+    "SaveHandle",
     "TensorEntry",
     "layout_file",
     "load_safetensors",

@@ -1,33 +1,37 @@
-"""``save_safetensors``: TensorPtrs (CPU or device) into a safetensors file, atomically.
+"""``save_safetensors``: tensors (CPU or device) into a safetensors file, or a sharded
+checkpoint in Hugging Face's layout, atomically; in the caller's thread or in the
+background.
 
-Everything is checked before the first byte moves. The file is written
-under a temporary name in the target directory, synced, and renamed over
-the target only once complete: a failure at any point removes the
-temporary file and leaves the target as it was.
+Everything is checked before the first byte moves: the tensors, the metadata, the
+path (and for a sharded save the directory and the names it will hold), every header,
+and the room on the file system. Each file is written under a temporary name beside its
+real one and renamed only once complete (a sharded save's index last): a failure at any
+point removes every temporary file and leaves the real names as they were. The writing
+itself is :mod:`etptr.checkpoint._pipeline`'s (through :mod:`etptr.checkpoint._sinks`),
+the layout of shards :mod:`etptr.checkpoint._shards`', background saves
+:mod:`etptr.checkpoint._background`'s.
 """
 from __future__ import annotations
 
-import errno
 import json
-import mmap
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import NamedTuple
-
-import numpy as np
+from typing import Any, NamedTuple
 
 from etptr._core._device_allocator import get_device_allocator
-from etptr._core._device_copy import clone_tensor_ptr_to_cpu, d2h_copy
 from etptr._core._error import NotFoundError
-from etptr._core._host_copy import copy_buffer
 from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._tensor_ptr import TensorPtr
-from etptr.checkpoint._descriptors import TempFile
+from etptr.checkpoint import _background, _shards
+from etptr.checkpoint._background import SaveHandle
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._frameworks import as_tensor_ptr
 from etptr.checkpoint._format import DTYPE_NAMES, MAX_HEADER_BYTES, SAFETENSORS_DTYPES, dtype_rank
+from etptr.checkpoint._pipeline import (
+    SYNC_STAGING_BYTES, FileSpec, background_staging_bytes, run_save)
+from etptr.checkpoint._sinks import check_room, file_system, write_path
 
 __all__ = ["save_safetensors"]
 
@@ -149,101 +153,74 @@ def _header(order: list[_Item], metadata: dict[str, str] | None) -> bytes:
     return len(text).to_bytes(8, "little") + text
 
 
-#: Bytes of device tensors fetched per batched copy while saving.
-SAVE_GROUP = 64 << 20
+def _check_staging(staging_bytes: object) -> int | None:
+    if staging_bytes is None:
+        return None
+    if isinstance(staging_bytes, bool) or not isinstance(staging_bytes, int) \
+            or staging_bytes < 1:
+        raise CheckpointError(f"staging_bytes={staging_bytes!r}: expected a positive int "
+                              f"(bytes), or None for the default")
+    return staging_bytes
 
 
-def _row_major(t: TensorPtr) -> bool:
-    return t.dim_order == tuple(range(t.dim()))
+def _order(items: list[_Item]) -> list[_Item]:
+    """The safetensors library's order: wider dtypes first, then by name."""
+    return sorted(items, key=lambda it: (-dtype_rank(it.dtype), it.name))
 
 
-def _fill(mapped: memoryview, offset: int, order: list[_Item]) -> None:
-    """Copy every tensor's row-major bytes into the mapped file at ``offset`` onwards, in
-    ``order``. CPU tensors go by the copy threads. Row-major device tensors go in groups
-    of up to SAVE_GROUP bytes, each group one batched :func:`~etptr.d2h_copy` into CPU
-    tensors that view the file's pages (a kernel gathers the small ones on the device,
-    the bytes come down through pinned slots, and the copy threads scatter them into
-    the pages); other device tensors come down one by one and are made contiguous."""
-    srcs: list[TensorPtr] = []
-    outs: list[TensorPtr] = []
-    size = 0
-    try:
-        for it in order:
-            t = it.tensor
-            n = t.nbytes
-            if not n:
-                continue
-            dst = mapped[offset:offset + n]
-            offset += n
-            if t.device.is_cpu() or not _row_major(t):
-                if not t.device.is_cpu():
-                    t = clone_tensor_ptr_to_cpu(t)
-                # a dim_order other than 0..n-1 gives a strided view; ascontiguousarray
-                # copies it
-                copy_buffer(dst, np.ascontiguousarray(t.numpy()).reshape(-1).view(np.uint8))
-                dst.release()
-                continue
-            srcs.append(t)
-            outs.append(make_tensor_ptr(list(t.sizes), dst, type=t.scalar_type))
-            size += n
-            if size >= SAVE_GROUP:
-                d2h_copy(srcs, outs)
-                srcs.clear()
-                outs.clear()
-                size = 0
-        if srcs:
-            d2h_copy(srcs, outs)
-    finally:
-        # the outs export the mapped file's buffer: let go of them even on an error (a
-        # traceback would otherwise keep them, and the map could not be closed)
-        srcs.clear()
-        outs.clear()
-
-
-def _write_mapped(fd: int, header: bytes, order: list[_Item]) -> None:
-    """The whole file through a shared mapping of it: space reserved first (a full disk is
-    an error here, not a fault later), the header, then every tensor's bytes."""
-    total = len(header) + sum(it.tensor.nbytes for it in order)
-    os.posix_fallocate(fd, 0, total)
-    mm = mmap.mmap(fd, total, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    mapped = memoryview(mm)
-    try:
-        mapped[:len(header)] = header
-        _fill(mapped, len(header), order)
-    finally:
+def _commit_one(final: Path, durable: bool) -> Callable[[list[Any]], None]:
+    def commit(sinks: list[Any]) -> None:
         try:
-            mapped.release()
-            mm.close()
-        except BufferError:      # a failure left a view alive: the map closes when it dies
-            pass
+            sinks[0].commit()
+            if durable:
+                _shards.sync_directory(final.parent)
+        except OSError as exc:
+            raise CheckpointError(f"{final}: cannot be written ({exc.strerror or exc})") \
+                from exc
+    return commit
 
 
-def _sync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:       # some file systems cannot sync a directory
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
+def _plan_shards(items: list[_Item], meta: dict[str, str] | None, path: object,
+                 max_shard_size: object, durable: bool, created: list[Path]
+                 ) -> tuple[list[FileSpec], Path, list[int], Callable[[list[Any]], None],
+                            tuple[Path, ...]]:
+    """The files of a sharded save, its directory (prepared: the directories it makes are
+    appended to ``created``), the bytes of every file, the commit and the paths."""
+    limit = _shards.parse_shard_size(max_shard_size)
+    if not items:
+        raise CheckpointError(f"{path}: max_shard_size was given but there is no tensor to "
+                              f"shard")
+    groups = [_order(g) for g in _shards.split(items, limit)]
+    names = _shards.shard_names(len(groups))
+    headers = [_header(g, meta) for g in groups]
+    index = _shards.index_bytes(list(zip(names, groups)))
+    directory = _shards.prepare_directory(path, names + [_shards.INDEX_NAME], created)
+    specs = [FileSpec(directory / n, h, g) for n, h, g in zip(names, headers, groups)]
+    sizes = [s.size for s in specs] + [len(index)]
+    paths = tuple(s.final for s in specs) + (directory / _shards.INDEX_NAME,)
+
+    def commit(sinks: list[Any]) -> None:
+        _shards.commit(directory, sinks, index, durable)
+    return specs, directory, sizes, commit, paths
 
 
 def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[str], *,
-                     metadata: Mapping[str, str] | None = None, fsync: bool = False) -> None:
-    """Write tensors to a safetensors file that the ``safetensors`` library reads bit for bit.
+                     metadata: Mapping[str, str] | None = None,
+                     max_shard_size: int | str | None = None, durable: bool = False,
+                     background: bool = False,
+                     staging_bytes: int | None = None) -> SaveHandle | None:
+    """Write tensors to a safetensors file, or to a sharded checkpoint in Hugging Face's
+    layout, that the ``safetensors`` library reads bit for bit.
 
-    Tensors are written in the order the ``safetensors`` library itself uses
-    (wider dtypes first, then by name), so every tensor's data is aligned to
-    its element size; the header is padded with spaces to a multiple of 8
-    bytes. Each tensor's elements go in row-major (C) order whatever its
-    dim_order. The file is written under a temporary name in the same
-    directory and renamed to ``path`` once complete, so ``path`` never holds a
-    partial checkpoint. Device tensors come down in batched copies of up to
-    64 MiB straight into the file's pages.
+    Within a file, tensors are written in the order the ``safetensors`` library
+    itself uses (wider dtypes first, then by name), so every tensor's data is
+    aligned to its element size; the header is padded with spaces to a multiple of
+    8 bytes. Each tensor's elements go in row-major (C) order whatever its
+    dim_order. Every file is written under a temporary name in its directory and
+    renamed once complete, so a real name never holds a partial file. Device
+    bytes come down in batches of up to 64 MiB into staging blocks of host memory
+    (page-locked for CUDA) while earlier blocks are written; CPU tensors are
+    written from their own memory. Several files are written at once.
 
     Parameters
     ----------
@@ -255,47 +232,107 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
         Float8_e4m3fn, Float8_e5m2). Device tensors are read back through
         their allocator.
     path : str or os.PathLike
-        The file to write; its directory must exist. An existing file is
-        replaced, only when the new one is complete.
+        The file to write (its directory must exist; an existing file is
+        replaced, only when the new one is complete); with ``max_shard_size``,
+        the checkpoint's directory (created when missing).
     metadata : dict of str to str, optional
-        Written as the header's ``__metadata__``; a loaded checkpoint's is
-        ``etptr.safe_open(path).metadata()`` (``{"format": "pt"}`` for torch's).
-    fsync : bool
-        True: flush the file, and the directory's entry for it, to the storage
-        device before returning (the checkpoint survives a power loss; the save
-        then runs at the disk's speed). False (the default, as the
-        ``safetensors`` library and ``torch.save`` do): the data is in the page
-        cache on return.
+        Written as the header's ``__metadata__`` (of every shard); a loaded
+        checkpoint's is ``etptr.safe_open(path).metadata()``. transformers expects
+        ``{"format": "pt"}``.
+    max_shard_size : int or str, optional
+        Bytes of tensor data per shard (an int, or ``"5GB"``, ``"500MiB"``...):
+        the tensors, in the order given, are split as transformers'
+        ``save_pretrained`` splits a state dict (a tensor larger than this gets a
+        shard of its own) into ``model-0000k-of-0000N.safetensors``, written in
+        parallel, and ``model.safetensors.index.json`` (``metadata.total_size``,
+        ``weight_map``) is written once every shard is in place; shard files of
+        that pattern which the new index does not name are then removed. One
+        shard gives the same layout (``model-00001-of-00001.safetensors``).
+        ``load_safetensors(directory / "model.safetensors.index.json")`` reads it.
+    durable : bool
+        True: every file, and the directory's entries for them, reach the storage
+        device before the call returns (or, in the background, before the save is
+        done): the checkpoint survives a power loss, and the save runs at the
+        disk's speed. False (the default, as the ``safetensors`` library and
+        ``torch.save`` do): the data is in the page cache.
+    background : bool
+        True: return a :class:`SaveHandle` at once; the save runs in a thread of
+        its own. ``handle.staged()`` turns true once every byte has been copied
+        out of the tensors (then they may be changed or freed),
+        ``handle.done()`` once the files are complete and renamed;
+        ``handle.result()`` waits and raises what the save raised. Argument
+        errors, a bad path and too little room are raised by the call itself.
+    staging_bytes : int, optional
+        The most host memory (page-locked for CUDA, from the pinned pool) the save
+        holds at once for bytes on their way to the files; when it is full the
+        copy-out waits for written blocks to come back. Default: 256 MiB for a
+        call that returns when done; for a background save the whole checkpoint,
+        up to a quarter of the machine's memory (so that the tensors are freed
+        after one pass at the line rate).
+
+    Returns
+    -------
+    SaveHandle or None
+        The handle of a background save; None otherwise.
 
     Raises
     ------
     CheckpointError
         Before anything is written: ``tensors`` not a dict, a bad name, a
-        value that is not a TensorPtr, an unsupported ScalarType, null data
+        value that is not a tensor, an unsupported ScalarType, null data
         for a tensor with bytes (the message names the tensor), bad
-        ``metadata``, a missing or read-only directory, ``path`` a
-        directory, a header over 100 MB. While writing: the file system
-        refuses (e.g. no space left). Nothing is left under ``path`` or a
-        temporary name.
+        ``metadata``, ``max_shard_size`` or ``staging_bytes``, a missing or
+        read-only directory, ``path`` a directory (a file, for a sharded save;
+        or a shard's name already a directory), a header over 100 MB, too
+        little free space (naming the directory, the bytes needed and the
+        bytes free) or a file over the process's size limit. While writing:
+        the file system refuses (e.g. no space left; the message names the
+        file). Nothing is left under a temporary name, and no real name holds
+        a partial file; a sharded save's index never names a missing shard.
     NotFoundError
         A device tensor whose device has no registered allocator.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import etptr
+    >>> d = tempfile.mkdtemp()
+    >>> tensors = {"w": etptr.ones([4, 4]), "b": etptr.zeros([4])}
+    >>> etptr.save_safetensors(tensors, os.path.join(d, "m.safetensors"))
+    >>> etptr.save_safetensors(tensors, os.path.join(d, "sharded"), max_shard_size=64)
+    >>> sorted(os.listdir(os.path.join(d, "sharded")))  # doctest: +NORMALIZE_WHITESPACE
+    ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors',
+     'model.safetensors.index.json']
+    >>> h = etptr.save_safetensors(tensors, os.path.join(d, "bg.safetensors"), background=True)
+    >>> h.result()
+    >>> h.done()
+    True
     """
     items = _check_tensors(tensors)
     meta = _check_metadata(metadata)
-    final = _check_path(path)
-    order = sorted(items, key=lambda it: (-dtype_rank(it.dtype), it.name))
-    header = _header(order, meta)
+    staging = _check_staging(staging_bytes)
+    durable, background = bool(durable), bool(background)
+    created: list[Path] = []        # directories a sharded save made, taken back on failure
     try:
-        file = TempFile(final)
-    except OSError as exc:
-        raise CheckpointError(f"{final}: cannot create a file in {str(final.parent)!r} "
-                              f"({exc.strerror or exc})") from None
-    with file:                       # leaving without the commit removes the file
-        try:
-            _write_mapped(file.fileno(), header, order)
-            file.commit(durable=fsync)
-        except OSError as exc:
-            raise CheckpointError(f"{final}: cannot be written ({exc.strerror or exc})") \
-                from exc
-    if fsync:
-        _sync_dir(final.parent)
+        if max_shard_size is None:
+            final = _check_path(path)
+            specs = [FileSpec(final, _header(_order(items), meta), _order(items))]
+            directory, sizes = final.parent, [specs[0].size]
+            commit = _commit_one(final, durable)
+            paths: tuple[Path, ...] = (final,)
+        else:
+            specs, directory, sizes, commit, paths = _plan_shards(
+                items, meta, path, max_shard_size, durable, created)
+        check_room(directory, sizes)
+        how, fs_type = write_path(), file_system(directory)
+        if background:
+            return _background.start(
+                specs, commit, paths, cleanup=lambda: _shards.remove_created(created),
+                staging_bytes=staging or background_staging_bytes(sum(sizes)),
+                durable=durable, path=how, fs_type=fs_type)
+        run_save(specs, commit, staging_bytes=staging or SYNC_STAGING_BYTES, durable=durable,
+                 path=how, fs_type=fs_type)
+    except BaseException:
+        _shards.remove_created(created)
+        raise
+    return None

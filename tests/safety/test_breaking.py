@@ -43,25 +43,27 @@ def _describe(rc):
 # (SIGSEGV) or leave a file whose header disagrees with its data.
 
 
-@pytest.mark.parametrize("hook", ["TempFile", "_fill"])
-def test_save_of_a_tensor_resized_after_the_header_was_built_writes_the_snapshot(hook):
+@pytest.mark.parametrize("module, hook", [("_sinks", "TempFile"), ("_pipeline", "_host_bytes")])
+def test_save_of_a_tensor_resized_after_the_header_was_built_writes_the_snapshot(module, hook):
+    # the file is created (TempFile) and the tensor's bytes taken (_host_bytes) after the
+    # header was built
     rc, out = _run_isolated(f"""
         import os, tempfile
         import numpy as np
         import etptr
-        from etptr.checkpoint import _save
+        from etptr.checkpoint import {module} as hooked_module
 
         N = 1 << 22
         t = etptr.clone_tensor_ptr(etptr.make_tensor_ptr(np.arange(N, dtype=np.float32)))
         etptr.resize_tensor_ptr(t, [1])
-        real = _save.{hook}
+        real = hooked_module.{hook}
 
         def hooked(*args):
             # what another thread may do once the header is built
             etptr.resize_tensor_ptr(t, [N])
             return real(*args)
 
-        _save.{hook} = hooked
+        hooked_module.{hook} = hooked
         path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
         etptr.save_safetensors({{"w": t}}, path)
         back = etptr.load_safetensors(path, "cpu")["w"]

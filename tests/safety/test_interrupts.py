@@ -192,3 +192,66 @@ def test_an_interrupt_at_any_line_of_slices_and_loads_in_place_leaves_no_trace(f
             assert alloc.live_bytes == live, at
 
         _every_line(make_call, check_clean)
+
+
+@pytest.mark.parametrize("where", ["cpu", "device"])
+@pytest.mark.parametrize("how", ["sharded", "background", "background sharded"])
+def test_an_interrupt_at_any_line_of_a_sharded_or_background_save(tmp_path, where, how):
+    """The interrupt lands in the caller's thread: in the checks, the writing (a sharded
+    save's), the start of a background save or the wait for its result. Afterwards (once
+    a background save that got going has finished) no descriptor, temporary file, device
+    or page-locked block is left, and every real name holds a complete file; an index, if
+    any, names only complete shards."""
+    from etptr.checkpoint._shards import INDEX_NAME
+
+    out = tmp_path / "out"
+    out.mkdir()
+    sharded = "sharded" in how
+    target = out / "ckpt" if sharded else out / "x.safetensors"
+    if sharded:
+        target.mkdir()                       # (a directory made by the save: unit tests)
+    alloc = _HostBlocks()
+    with use_allocator(alloc):
+        tensors = {"a": etptr.full([300], 2.5), "b": etptr.ones([7], type="Int"),
+                   "c": etptr.full([100], 1.5),
+                   "t": etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64),
+                                              dim_order=[1, 0])}
+        if where == "device":
+            tensors = {k: etptr.clone_tensor_ptr_to(t, "cuda") for k, t in tensors.items()}
+        live = alloc.live_bytes
+        fds = open_fds()
+        handles = []
+        kw = {"max_shard_size": 1000} if sharded else {}
+
+        def make_call():
+            for name in os.listdir(target if sharded else out):
+                os.unlink((target if sharded else out) / name)
+            handles.clear()
+            if "background" not in how:
+                return lambda: etptr.save_safetensors(tensors, target, **kw)
+
+            def call():
+                handles.append(etptr.save_safetensors(tensors, target, background=True, **kw))
+                handles[-1].result()
+            return call
+
+        def check_clean(at, interrupted):
+            for h in handles:                # a save that got going finishes by itself
+                h.result(30)
+            assert open_fds() == fds, f"a descriptor is left after an interrupt at line {at}"
+            names = sorted(os.listdir(target if sharded else out))
+            assert not [n for n in names if n.startswith(".")], (at, names)
+            for n in names:
+                if n.endswith(".safetensors"):
+                    back = etptr.load_safetensors((target if sharded else out) / n, "cpu")
+                    if "a" in back:
+                        assert back["a"].numpy().tolist() == [2.5] * 300, at
+            if sharded and INDEX_NAME in names:
+                back = etptr.load_safetensors(target / INDEX_NAME, "cpu")
+                assert set(back) == set(tensors), at
+            if not interrupted:
+                assert (INDEX_NAME in names) if sharded else names == ["x.safetensors"], at
+            assert alloc.live_bytes == live, at
+            assert alloc.host_live == 0, at
+
+        _every_line(make_call, check_clean)

@@ -145,30 +145,31 @@ def test_device_tensors(tmp_path, host_alloc, monkeypatch):
     transposed = etptr.clone_tensor_ptr_to(
         etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64), dim_order=[1, 0]), "cuda:0")
     fetched = []
-    batched = etptr.checkpoint._save.d2h_copy
-    alone = etptr.checkpoint._save.clone_tensor_ptr_to_cpu
+    batched = etptr.checkpoint._pipeline.d2h_copy
+    alone = etptr.checkpoint._pipeline.clone_tensor_ptr_to_cpu
 
     def spy_batch(srcs, outs):
-        # the tensors themselves come down, into CPU tensors of their layout over the file
+        # the tensors (or byte ranges of them) come down, into CPU bytes of a staging block
         assert all(isinstance(t, etptr.TensorPtr) and not t.device.is_cpu() for t in srcs)
+        assert all(o.device.is_cpu() for o in outs)
         assert [(o.sizes, o.scalar_type) for o in outs] == [(t.sizes, t.scalar_type)
                                                             for t in srcs]
-        fetched.extend(t.sizes for t in srcs)
+        fetched.extend(t.nbytes for t in srcs)
         return batched(srcs, outs)
 
     def spy_alone(t):
-        fetched.append(t.sizes)
+        fetched.append(t.nbytes)
         return alone(t)
 
-    monkeypatch.setattr(etptr.checkpoint._save, "d2h_copy", spy_batch)
-    monkeypatch.setattr(etptr.checkpoint._save, "clone_tensor_ptr_to_cpu", spy_alone)
+    monkeypatch.setattr(etptr.checkpoint._pipeline, "d2h_copy", spy_batch)
+    monkeypatch.setattr(etptr.checkpoint._pipeline, "clone_tensor_ptr_to_cpu", spy_alone)
     path = tmp_path / "dev.safetensors"
     etptr.save_safetensors(on_device | {"transposed": transposed}, path)
     expected = arrays | {"transposed": np.arange(6, dtype=np.int64).reshape(3, 2).T}
     read = reference_read(path)
     for name, arr in expected.items():
         assert read[name] == (code_of(arr.dtype), arr.shape, raw_bytes(arr))
-    assert len(fetched) == sum(1 for a in expected.values() if a.size)   # not for empty ones
+    assert sum(fetched) == sum(a.nbytes for a in expected.values())   # each byte once
 
 
 def test_zero_size_tensor_with_null_data(tmp_path):
@@ -310,28 +311,38 @@ def test_device_copy_failing_part_way_leaves_nothing(tmp_path, host_alloc, monke
     _only(tmp_path, "ckpt.safetensors")
 
 
-def test_device_tensors_come_down_into_views_of_the_file(tmp_path, host_alloc, monkeypatch):
+def test_device_bytes_come_down_into_staging_blocks_that_are_written(tmp_path, host_alloc,
+                                                                     monkeypatch):
     t = etptr.clone_tensor_ptr_to(etptr.ones([4]), "cuda:0")
 
     def write_twos(srcs, outs):
         for o in outs:
             o.numpy()[...] = 2.0
 
-    monkeypatch.setattr(etptr.checkpoint._save, "d2h_copy", write_twos)
+    monkeypatch.setattr(etptr.checkpoint._pipeline, "d2h_copy", write_twos)
     etptr.save_safetensors({"t": t}, tmp_path / "x.safetensors")
     assert reference_read(tmp_path / "x.safetensors")["t"][2] == np.full(4, 2.0, np.float32).tobytes()
 
 
-def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
-    # the file's space is reserved before any data moves: a full disk is an error there
-    def no_space(fd, offset, length):
+@pytest.fixture(params=["map", "pwrite"])
+def write_path(request, monkeypatch):
+    """Each test run once per write path."""
+    monkeypatch.setattr(etptr.checkpoint._sinks, "WRITE_PATH", request.param)
+    return request.param
+
+
+def test_disk_full_leaves_nothing(tmp_path, monkeypatch, write_path):
+    # the map's space is reserved before any data moves (a full disk is an error there,
+    # not SIGBUS later); pwrite says so itself
+    def no_space(*args):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(etptr.checkpoint._save.os, "posix_fallocate", no_space)
+    monkeypatch.setattr(os, "posix_fallocate" if write_path == "map" else "pwrite", no_space)
     path = _old_file(tmp_path)
     tensors = {f"t{i}": etptr.full([1000], 1.0) for i in range(4)}
     with pytest.raises(CheckpointError, match="cannot be written .No space left on device") as info:
         etptr.save_safetensors(tensors, path)
+    assert str(path) in str(info.value)
     assert isinstance(info.value.__cause__, OSError)
     assert path.read_bytes() == b"the previous checkpoint"
     _only(tmp_path, "ckpt.safetensors")
@@ -339,13 +350,15 @@ def test_disk_full_leaves_nothing(tmp_path, monkeypatch):
 
 def test_interrupt_part_way_leaves_nothing(tmp_path, monkeypatch):
     calls = []
+    real = etptr.checkpoint._pipeline._host_bytes
 
-    def interrupted(*args):
-        calls.append(args)
+    def interrupted(t):
+        calls.append(t)
         if len(calls) == 2:
             raise KeyboardInterrupt
+        return real(t)
 
-    monkeypatch.setattr(etptr.checkpoint._save, "copy_buffer", interrupted)
+    monkeypatch.setattr(etptr.checkpoint._pipeline, "_host_bytes", interrupted)
     with pytest.raises(KeyboardInterrupt):
         etptr.save_safetensors({"a": _GOOD, "b": _GOOD, "c": _GOOD}, tmp_path / "x.safetensors")
     assert len(calls) == 2
@@ -367,9 +380,11 @@ def test_rename_failing_leaves_nothing(tmp_path, monkeypatch):
 def test_no_file_descriptor_is_left_open(tmp_path, monkeypatch):
     from _checkpoint_helpers import open_fds
 
+    monkeypatch.setattr(etptr.checkpoint._sinks, "WRITE_PATH", "map")   # it reserves space
+
     before = open_fds()
     etptr.save_safetensors({"a": _GOOD}, tmp_path / "ok.safetensors")
-    monkeypatch.setattr(etptr.checkpoint._save.os, "posix_fallocate",
+    monkeypatch.setattr(os, "posix_fallocate",
                         lambda fd, offset, length: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
     with pytest.raises(CheckpointError):
         etptr.save_safetensors({"a": _GOOD}, tmp_path / "bad.safetensors")
@@ -379,7 +394,7 @@ def test_no_file_descriptor_is_left_open(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("durable", [False, True])
-def test_fsync_only_when_asked(tmp_path, monkeypatch, durable):
+def test_durable_syncs_only_when_asked(tmp_path, monkeypatch, durable):
     synced = []
     real = os.fsync
 
@@ -388,7 +403,7 @@ def test_fsync_only_when_asked(tmp_path, monkeypatch, durable):
         real(fd)
 
     monkeypatch.setattr(os, "fsync", spy)
-    etptr.save_safetensors({"t": etptr.ones([4])}, tmp_path / "f.safetensors", fsync=durable)
+    etptr.save_safetensors({"t": etptr.ones([4])}, tmp_path / "f.safetensors", durable=durable)
     assert bool(synced) is durable
     assert reference_read(tmp_path / "f.safetensors")["t"][2] == np.ones(4, np.float32).tobytes()
 
