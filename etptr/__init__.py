@@ -97,7 +97,17 @@ def _version() -> str:
         return found.group(1) if found else "0+unknown"
 
 
-__version__: str = _version()
+__version__: str          # (declared for type checkers; set by __getattr__ on first use)
+
+
+def __getattr__(name: str) -> str:
+    # __version__ is read on first use: importlib.metadata costs a new process tens of
+    # milliseconds that a load should not pay
+    if name == "__version__":
+        value = _version()
+        globals()["__version__"] = value
+        return value
+    raise AttributeError(f"module 'etptr' has no attribute {name!r}")
 
 __all__ = [
     "CheckpointError",

@@ -40,7 +40,14 @@ from etptr._core._scalar_type import ScalarType
 from etptr._core._tensor_ptr import TensorShapeDynamism
 
 _BOUND = TensorShapeDynamism.DYNAMIC_BOUND
-cdef object _rng = np.random.default_rng()
+cdef object _rng = None        # made on first use: numpy.random costs an import ~10 ms
+
+
+cdef object _generator():
+    global _rng
+    if _rng is None:
+        _rng = np.random.default_rng()
+    return _rng
 
 
 def manual_seed(seed):
@@ -305,7 +312,7 @@ cdef object _uniform_fill(int type):
         upper = None
 
     def fill(a):
-        x = _rng.random(a.shape, dtype=np.float32)
+        x = _generator().random(a.shape, dtype=np.float32)
         if upper is not None:
             x *= upper
         with np.errstate(all="ignore"):
@@ -316,13 +323,13 @@ cdef object _uniform_fill(int type):
 def _fill_normal(a):
     # ExecuTorch's randn_strided draws float (32-bit) normals and casts them
     with np.errstate(all="ignore"):
-        a[...] = _rng.standard_normal(a.shape, dtype=np.float32).astype(a.dtype)
+        a[...] = _generator().standard_normal(a.shape, dtype=np.float32).astype(a.dtype)
 
 
 def _fill_ints(low, high):
     def fill(a):
         with np.errstate(all="ignore"):
-            a[...] = _rng.integers(low, high, a.shape, dtype=np.int64).astype(a.dtype)
+            a[...] = _generator().integers(low, high, a.shape, dtype=np.int64).astype(a.dtype)
     return fill
 
 

@@ -37,8 +37,10 @@ the copy-out is done) and durable, beside .cpu() + safetensors.torch.save_file,
 fastsafetensors' ParallelSaver when importable, and the file system's own
 write rate for the same bytes and file count, measured in the same run;
 clones every tensor up and down one by one and as a batch; checks every tensor
-bit for bit against the safetensors library's own reading; and times the host
-operations (wrapping, views, resize, clone_tensor_ptr) and a 4-byte copy.
+bit for bit against the safetensors library's own reading; times the host
+operations (wrapping, views, resize, clone_tensor_ptr) and a 4-byte copy; and
+ends with the table of --fresh (each loader's first load in a process of its
+own, page cache warm, cold and half full; --no-fresh skips it).
 Without CuPy or a CUDA device it says so in one line, times the CPU parts
 (load_safetensors(device="cpu") maps the files; the saves write host tensors)
 and exits 0.
@@ -175,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "load (and a second) in a fresh process that has initialised CUDA, "
                         "with the page cache warm, cold and half full, on the checkpoint's "
                         "file system, every tensor checked against the safetensors library")
+    u.add_argument("--no-fresh", action="store_true",
+                   help="checkpoint mode without its last table, the loads in fresh processes "
+                        "(what --fresh runs alone)")
     u.add_argument("--cache", type=_choices(_fresh.CONDITIONS), metavar="LIST",
                    default=list(_fresh.CONDITIONS),
                    help="page-cache conditions of --fresh, comma-separated (default: "
@@ -224,6 +229,8 @@ def _check_args(parser, args):
         if given:
             parser.error(f"{', '.join(given)} "
                          f"{'applies' if len(given) == 1 else 'apply'} only with --fresh")
+    if args.no_fresh and (args.fresh or args.tp or args.sweep or args.many):
+        parser.error("--no-fresh applies to checkpoint mode")
     if (args.fresh or args.tp) and args.plot:
         parser.error("--plot draws checkpoint mode and --sweep; --fresh and --tp print tables")
     if args.dir is not None and not os.path.isdir(args.dir):
@@ -306,6 +313,9 @@ TINY_PATHS = tuple(p for p in COPY_PATHS if p[0] != "etptr_batch")
 
 # (case key, label, direction) of the file -> device paths, in table order
 FILE_PATHS = (("etptr.load", "H2D"), ("torch.load", "H2D"), ("cupy.load", "H2D"))
+# the CPU loads: (key, the peer it is compared with): maps with maps, reads with reads
+CPU_FILE_PATHS = (("etptr.map", "torch.map"), ("torch.map", None),
+                  ("etptr.into", "safetensors.load"), ("safetensors.load", None))
 
 
 def _copy_tables(timings, env, stat, line_bytes):
@@ -362,7 +372,7 @@ def _tiny_table(timings, stat):
 def _run_checkpoint(args, env, out, measure=None) -> tuple:
     """The checkpoint the arguments name (files, an index, a --layout written for the run,
     or the default one), measured by ``measure(args, env, out, paths)``."""
-    measure = measure or _measure_checkpoint
+    measure = measure or _measure_then_fresh
     if args.layout:
         import tempfile
         spec = _model_shapes.LAYOUTS[args.layout]
@@ -424,7 +434,7 @@ def _measure_checkpoint(args, env, out, paths) -> tuple:
                 cases += prepared.cases
             files = _file_io.file_cases(env, paths, ckpt,
                                       progress=not args.no_progress and nbytes > 256 * MiB,
-                                      where=args.dir)
+                                      where=args.dir, use_torch=not args.no_torch)
             cases += files.cases
             labels.update({c.key: c.label for c in files.cases})
             timings = run_cases(cases, repeats=args.repeats, warmup=args.warmup,
@@ -500,6 +510,20 @@ def _measure_checkpoint(args, env, out, paths) -> tuple:
     return (EXIT_MISMATCH if failed else EXIT_OK), report
 
 
+def _measure_then_fresh(args, env, out, paths) -> tuple:
+    """Checkpoint mode: the measurements in this process, then (once every map of the
+    files this process made is gone, so that their pages can be dropped) the loads in
+    fresh processes."""
+    status, report = _measure_checkpoint(args, env, out, paths)
+    if report is None or args.no_fresh or not report.get("tensors"):
+        return status, report
+    import gc
+    gc.collect()
+    out("")
+    fresh_status, report["fresh"] = _fresh.run_mode(args, env, out, paths)
+    return (status if fresh_status == EXIT_OK else EXIT_MISMATCH), report
+
+
 def _rate(gbps_value) -> str:
     """A rate with its unit: GB/s, or MB/s below 0.1 GB/s."""
     text = fmt_gbps(gbps_value)
@@ -513,7 +537,9 @@ def _file_table(timings, labels, stat):
         t = timings.get(key)
         return t.gbps(stat) if t is not None else None
 
-    prefix = "file." if any(k.startswith("file.etptr") for k in timings) else "file.cpu."
+    if not any(k.startswith("file.etptr") for k in timings):
+        return _cpu_file_table(timings, labels, stat)
+    prefix = "file."
     rows, ratios, bars = [], {}, []
     for key, direction in FILE_PATHS:
         full = prefix + key
@@ -529,12 +555,33 @@ def _file_table(timings, labels, stat):
     for direction in ("h2d", "d2h"):
         if f"line.{direction}" in timings:
             bars.append((f"pinned line rate {direction.upper()}", g(f"line.{direction}")))
-    where = "device" if prefix == "file." else "host memory"
-    text = table([f"checkpoint file <-> {where} (page cache warm)", "GB/s", "x line",
+    text = table(["checkpoint file -> device (page cache warm)", "GB/s", "x line",
                   "x safetensors.torch"], rows)
-    if prefix == "file.cpu.":
-        text += ("\n  (load_safetensors(device='cpu') maps the file: its tensors are views of "
-                 "the page cache, no bytes are copied, so its rate is not a copy rate)")
+    return text, ratios, bars
+
+
+def _cpu_file_table(timings, labels, stat):
+    """The CPU loads: a map beside a map, a read beside a read (a map's rate is the
+    rate of making views, not of reading bytes: its rows and keys say so)."""
+    def g(key):
+        t = timings.get(key)
+        return t.gbps(stat) if t is not None else None
+
+    rows, ratios, bars = [], {}, []
+    for key, peer in CPU_FILE_PATHS:
+        full = "file.cpu." + key
+        if full not in timings:
+            continue
+        rate = g(full)
+        r_peer = ratio(rate, g("file.cpu." + peer)) if peer else None
+        ratios[key] = {"gbps": rate, "map": key.endswith(".map"), "peer": peer,
+                       "x_peer": r_peer}
+        rows.append([labels[full], fmt_gbps(rate), fmt_ratio(r_peer)])
+        bars.append((labels[full], rate))
+    text = table(["checkpoint file -> host memory (page cache warm)", "GB/s",
+                  "x the safetensors library"], rows)
+    text += ("\n  a map's GB/s is bytes over the time to make the views (the pages are read "
+             "when first touched): compare it with a map only")
     return text, ratios, bars
 
 

@@ -4,8 +4,10 @@ and the loaders people use, and the bit-for-bit checks of loads and saves.
 File -> GPU: ``etptr.load_safetensors(device=)``, ``safetensors.torch.load_file(device=)``
 (when torch is importable) and the safetensors library's numpy reading followed by one
 ``cupy.asarray`` per tensor. Every path reads the same files from a warm page cache (they
-are read once before timing starts). Without CUDA, the CPU form is timed:
-``load_safetensors(device="cpu")`` (zero-copy views of the mapped files). The loaded
+are read once before timing starts). Without CUDA, the CPU forms are timed, each labelled
+by what it does: ``load_safetensors(device="cpu")`` and ``safetensors.torch.load_file``
+map the files (views, no byte read: the keys say ``map``), ``load_safetensors(into=)``
+NumPy arrays and ``safetensors.numpy.load_file`` read every byte. The loaded
 tensors (etptr's, and torch's when importable) are kept for the saves, which
 :mod:`etptr.bench._saves` times on the file systems the user names.
 """
@@ -73,11 +75,48 @@ class FileCases:
             self.tmpdir = None
 
 
-def file_cases(env, paths, ckpt, progress: bool, where: Optional[str] = None) -> FileCases:
+def _cpu_load_cases(add, args: list, ckpt, use_torch: bool) -> Optional[dict]:
+    """The CPU loads, each labelled by what it does (see the module's docstring); returns
+    the torch tensors over etptr's views for the saves (None without torch)."""
+    add("etptr.map", "etptr.load_safetensors(device='cpu'): a map, no byte read",
+        lambda: [etptr.load_safetensors(a, "cpu", progress=False) for a in args])
+    targets = {}
+    for name, a in zip(ckpt.names, ckpt.arrays):
+        targets[name.split(":", 1)[-1]] = np.empty_like(a)
+    per_file = [dict(targets)] if len(args) == 1 else [
+        {k: targets[k] for k in etptr.checkpoint.read_plan(a).names} for a in args]
+    add("etptr.into", "etptr.load_safetensors(into=NumPy arrays): every byte read",
+        lambda: [etptr.load_safetensors(a, into=t, progress=False)
+                 for a, t in zip(args, per_file)])
+    import safetensors.numpy as st_numpy
+    files = [str(f) for f in ckpt.files]
+    try:
+        for f in files:
+            st_numpy.load_file(f)
+    except Exception:               # noqa: BLE001 - bfloat16 and float8: NumPy has none
+        pass
+    else:
+        add("safetensors.load", "safetensors.numpy.load_file: every byte read",
+            lambda: [st_numpy.load_file(f) for f in files])
+    if not use_torch:
+        return None
+    try:
+        import safetensors.torch as st_torch
+        import torch
+    except ImportError:
+        return None
+    add("torch.map", "safetensors.torch.load_file: a map too, no byte read",
+        lambda: [st_torch.load_file(f) for f in files])
+    return torch
+
+
+def file_cases(env, paths, ckpt, progress: bool, where: Optional[str] = None,
+               use_torch: bool = True) -> FileCases:
     """Checks, then the timed cases, for files -> ``env.device`` and back (or the CPU
     forms without CUDA). ``ckpt`` is the safetensors library's own reading of ``paths``
     (:func:`etptr.bench._checkpoint.load`), the reference for every check; the saves
-    write to ``where`` (``--dir``; see :func:`scratch_dir`)."""
+    write to ``where`` (``--dir``; see :func:`scratch_dir`); ``use_torch``: False keeps
+    torch out of the CPU rows (``--no-torch``)."""
     import tempfile
 
     nbytes, count = ckpt.nbytes, len(ckpt.arrays)
@@ -111,10 +150,13 @@ def file_cases(env, paths, ckpt, progress: bool, where: Optional[str] = None) ->
 
     for t in targets:
         os.unlink(t)                 # the checks' files: out of the page cache's way
+    if device == "cpu":
+        torch = _cpu_load_cases(add, args, ckpt, use_torch)
+        if torch is not None:          # the saves' safetensors row: torch over etptr's views
+            out.torch_loaded = {k: torch.from_dlpack(v) for k, v in out.loaded.items()}
+        return out
     add("etptr.load", f"etptr.load_safetensors(device={device!r})",
         lambda: [etptr.load_safetensors(a, device, progress=False) for a in args])
-    if device == "cpu":
-        return out
     cp, torch = env.cupy, env.torch
     add("cupy.load", "safetensors (numpy) + cupy.asarray per tensor",
         lambda: [cp.asarray(plain_view(a)) for a in reference_load(paths).arrays])
@@ -139,8 +181,11 @@ def plot_bars(rows, path, title: str) -> None:
 
     rows = [(label, value) for label, value in rows if value is not None]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(rows) + 1.2))
-    ax.barh([r[0] for r in rows][::-1], [r[1] for r in rows][::-1], color="#4477aa")
-    ax.set_xlabel("GB/s (1e9 bytes per second)")
+    maps = [": a map" in r[0] for r in rows][::-1]      # views made, no byte read
+    ax.barh([r[0] for r in rows][::-1], [r[1] for r in rows][::-1],
+            color=["#bbbbbb" if m else "#4477aa" for m in maps])
+    ax.set_xlabel("GB/s (1e9 bytes per second)"
+                  + ("; grey: maps (views made, pages read when touched)" if any(maps) else ""))
     ax.set_title(title)
     for i, (_, value) in enumerate(rows[::-1]):
         ax.text(value, i, f" {value:.1f}", va="center", fontsize=8)

@@ -364,7 +364,7 @@ def run_fresh(loader: str, paths: list[str], device: str, condition: str,
     result = FreshResult(loader, condition, share)
     if not achieved:
         result.error = (f"the page cache cannot be made {condition} here "
-                        f"({share:.0%} of the pages stay resident: tmpfs?)")
+                        f"({share:.0%} of the pages stay resident: tmpfs, or mapped by a process)")
         return result
     body = textwrap.indent(textwrap.dedent(_LOAD_BODIES[loader][1]).strip("\n"), "    ")
     code = _CHILD.format(paths=[str(p) for p in paths], device=device, check=check, body=body,
@@ -477,10 +477,11 @@ def run_mode(args: Any, env: Any, out: Any, paths: list) -> tuple[int, dict]:
     out("")
     out(table(["loader (fresh process)", "cache", "resident", "first s", "first GB/s",
                "later GB/s", "x disk", "etptr x", "extra device", "vs safetensors"], rows))
-    out("  first: the first load in the process (CUDA already initialised); later: a second "
-        "load in the same process; x disk: first load / the cold read rate above (cold and "
-        "half); etptr x: etptr's first-load rate / this loader's; extra device: device "
-        "memory taken beyond the tensors")
+    out("  first: the first load in the process"
+        + (" (CUDA already initialised)" if device != "cpu" else "")
+        + "; later: a second load in the same process; x disk: first load / the cold read "
+        "rate above (cold and half); etptr x: etptr's first-load rate / this loader's"
+        + ("; extra device: device memory taken beyond the tensors" if device != "cpu" else ""))
     for note in notes:
         out(f"  {note}")
     if device == "cpu":

@@ -231,7 +231,9 @@ def _cases(tag, tensors, torch_tensors, ParallelSaver, arrays, sizes, shards, sh
     ]
     if torch_tensors is not None:
         import safetensors.torch as st_torch
-        cases.append(_Case(p + "torch.1", ".cpu() + safetensors.torch.save_file", 1,
+        on_cpu = all(v.device.type == "cpu" for v in torch_tensors.values())
+        cases.append(_Case(p + "torch.1", ("" if on_cpu else ".cpu() + ")
+                           + "safetensors.torch.save_file", 1,
                            lambda d: st_torch.save_file(
                                {k: v.cpu() for k, v in torch_tensors.items()},
                                os.path.join(d, "torch.safetensors"))))
@@ -341,9 +343,11 @@ def save_table(res: SaveRun, stat: str, nbytes: int, line_d2h: Optional[float],
             files = res.where[key][2]
             raw = g(p + ("raw.1" if files == 1 else "raw.n"))
             fst = g(p + ("fastsafetensors.1" if files == 1 else "fastsafetensors.n"))
+            st = g(p + "torch.1") if files == 1 else None
             mine = key.split(".")[2].startswith("etptr") or key.split(".")[2].startswith("bg")
             row = [res.labels[key], str(files), fmt_gbps(g(key)),
                    fmt_ratio(ratio(g(key), raw)) if mine else "-",
+                   fmt_ratio(ratio(g(key), st)) if mine else "-",
                    fmt_ratio(ratio(g(key), fst)) if mine else "-"]
             if key in res.held:
                 h = res.held[key].seconds(stat)
@@ -352,6 +356,7 @@ def save_table(res: SaveRun, stat: str, nbytes: int, line_d2h: Optional[float],
                     row.append(fmt_ratio(h / (nbytes / (line_d2h * GB))))
             rows.append(row)
             ratios[key] = {"gbps": g(key), "raw": ratio(g(key), raw) if mine else None,
+                           "safetensors": ratio(g(key), st) if mine else None,
                            "fastsafetensors": ratio(g(key), fst) if mine else None}
             if key in res.held:
                 ratios[key]["held_s"] = res.held[key].seconds(stat)
@@ -360,10 +365,10 @@ def save_table(res: SaveRun, stat: str, nbytes: int, line_d2h: Optional[float],
                 if f"{key}.{way}" in res.timings:
                     files = res.where[key][2]
                     rows.append([f"  of which {way}", str(files),
-                                 fmt_gbps(g(f"{key}.{way}")), "-", "-"])
+                                 fmt_gbps(g(f"{key}.{way}")), "-", "-", "-"])
         headers = [f"saves into {directory} ({fs}), {fmt_size(nbytes)}, {stat} of {rounds} "
-                   f"rounds in this process", "files", "GB/s", "x raw", "x fastsafetensors",
-                   "tensors held"]
+                   f"rounds in this process", "files", "GB/s", "x raw", "x safetensors",
+                   "x fastsafetensors", "tensors held"]
         if line_d2h:
             headers.append("held / D2H at line")
         blocks.append(table(headers, [r + ["-"] * (len(headers) - len(r)) for r in rows]))

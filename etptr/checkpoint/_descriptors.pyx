@@ -17,7 +17,6 @@ cimport cython
 from libc.errno cimport EEXIST, EINTR, errno
 
 import os
-import secrets
 
 cdef extern from "<fcntl.h>" nogil:
     int c_open "open"(const char* path, int flags, ...)
@@ -197,7 +196,7 @@ cdef class TempFile:
         room = _name_max(head) - 18
         stem = tail[:room].decode("utf-8", "ignore").encode("utf-8") if room > 0 else b""
         for k in range(16):
-            name = b"." + stem + b"." + secrets.token_hex(6).encode() + b".tmp"
+            name = b"." + stem + b"." + os.urandom(6).hex().encode() + b".tmp"
             self.tmp = os.path.join(head, name)
             self.fd = _open(self.tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o666)
             if self.fd >= 0:

@@ -29,6 +29,8 @@ from etptr.testing import HostDeviceAllocator, use_allocator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["--no-progress", "--repeats", "2", "--warmup", "1", "--no-torch"]
+# checkpoint mode's last table spawns processes: one test runs it, the others skip it
+CKPT = [*COMMON, "--no-fresh"]
 
 
 def _tensors():
@@ -77,7 +79,7 @@ def _bytes(a):
 
 def _run(argv, tmp_path, capsys):
     out = tmp_path / "out.json"
-    status = main([*argv, *COMMON, "--json", str(out)])
+    status = main([*argv, *CKPT, "--json", str(out)])
     return status, json.loads(out.read_text()), capsys.readouterr().out
 
 
@@ -103,7 +105,7 @@ def test_cpu_mode_on_a_file(checkpoint, tmp_path, capsys):
 
 
 def test_no_cuda_is_one_line(checkpoint, capsys):
-    assert main([str(checkpoint), *COMMON]) == 0
+    assert main([str(checkpoint), *CKPT]) == 0
     lines = capsys.readouterr().out.splitlines()
     hits = [ln for ln in lines if "CUDA" in ln]
     assert len(hits) == 1
@@ -111,7 +113,7 @@ def test_no_cuda_is_one_line(checkpoint, capsys):
 
 
 def test_cpu_flag_names_itself(checkpoint, capsys):
-    assert main([str(checkpoint), *COMMON, "--cpu"]) == 0
+    assert main([str(checkpoint), *CKPT, "--cpu"]) == 0
     assert "no CUDA: --cpu was given; running the CPU parts only" in capsys.readouterr().out
 
 
@@ -136,7 +138,7 @@ def test_index_naming_a_missing_tensor_is_refused(sharded, capsys):
     index = json.loads(sharded.read_text())
     index["weight_map"]["ghost"] = "a-00001-of-00002.safetensors"
     sharded.write_text(json.dumps(index))
-    assert main([str(sharded), *COMMON]) == 2
+    assert main([str(sharded), *CKPT]) == 2
     assert "ghost" in capsys.readouterr().err
 
 
@@ -185,7 +187,7 @@ def test_checkpoint_mode_without_safetensors_is_refused(monkeypatch, checkpoint,
     # a plain `pip install etptr` has the command but not the [bench] extra
     monkeypatch.setitem(sys.modules, "safetensors", None)
     with pytest.raises(SystemExit) as exc:
-        main([str(checkpoint), *COMMON])
+        main([str(checkpoint), *CKPT])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "safetensors library, which is not installed" in err and "etptr[bench]" in err
@@ -203,7 +205,7 @@ def test_help_gives_units(capsys):
 def test_not_a_safetensors_file(tmp_path, capsys):
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"\x01\x02")
-    assert main([str(bad), *COMMON]) == 2
+    assert main([str(bad), *CKPT]) == 2
     err = capsys.readouterr().err
     assert "bad.safetensors" in err and "too short for the 8-byte header length" in err
 
@@ -337,7 +339,7 @@ def test_gpu_path_on_stand_in(fake_gpu, checkpoint, tmp_path, capsys):
 def test_gpu_round_trip_mismatch_exits_1(monkeypatch, checkpoint, capsys):
     monkeypatch.setitem(sys.modules, "cupy", _fake_cupy())
     with use_allocator(_CorruptingAllocator()):
-        status = main([str(checkpoint), *COMMON, "--line-rate-size", "4KiB"])
+        status = main([str(checkpoint), *CKPT, "--line-rate-size", "4KiB"])
     text = capsys.readouterr().out
     n = len(_tensors())
     assert status == 1
@@ -406,7 +408,7 @@ def test_reshard_round_trip(tmp_path, capsys):
         assert np.array_equal(_bytes(got), _bytes(src[name]))
     assert "3 shards" in capsys.readouterr().out
     # the result is a checkpoint etptr-bench takes
-    assert main([str(out_dir / "model.safetensors.index.json"), *COMMON]) == 0
+    assert main([str(out_dir / "model.safetensors.index.json"), *CKPT]) == 0
 
 
 def test_reshard_oversized_tensor_gets_own_shard(tmp_path):
@@ -425,15 +427,31 @@ def test_cpu_mode_times_checkpoint_load_and_save(checkpoint, tmp_path, capsys):
     status, doc, text = _run([str(checkpoint)], tmp_path, capsys)
     n = len(_tensors())
     assert status == 0
-    assert "file.cpu.etptr.load" in doc["timings"] and "file.cpu.etptr.save" in doc["timings"]
+    assert {"file.cpu.etptr.map", "file.cpu.etptr.into", "file.cpu.etptr.save"} <= set(doc["timings"])
+    # the safetensors library's NumPy side cannot read bfloat16 and float8: no row for it
+    assert "file.cpu.safetensors.load" not in doc["timings"]
     assert doc["load_mismatches"] == [] and doc["save_mismatches"] == []
     assert f"checkpoint save (etptr.save_safetensors, read back): {n}/{n}" in text
     assert "MB/s" in text                    # a tiny checkpoint's rates are not "0.0 GB/s"
-    assert "checkpoint file <-> host memory" in text and "not a copy rate" in text
+    assert "etptr.load_safetensors(device='cpu'): a map, no byte read" in text
+    assert "compare it with a map only" in text
+    files = doc["ratios"]["files"]
+    assert files["etptr.map"]["map"] is True and files["etptr.into"]["map"] is False
+
+
+def test_cpu_loads_are_compared_map_with_map_and_read_with_read(tmp_path, capsys):
+    path = _plain_checkpoint(tmp_path)
+    status, doc, text = _run([str(path)], tmp_path, capsys)
+    assert status == 0
+    files = doc["ratios"]["files"]
+    assert files["etptr.into"]["peer"] == "safetensors.load"
+    assert files["etptr.into"]["x_peer"] > 0
+    assert "safetensors.numpy.load_file: every byte read" in text
+    assert "x safetensors" in text                        # the save table's column
 
 
 def test_a_directory_is_refused_with_a_hint(tmp_path, capsys):
-    assert main([str(tmp_path), *COMMON]) == 2
+    assert main([str(tmp_path), *CKPT]) == 2
     assert "pass a .safetensors file or a sharded checkpoint's" in capsys.readouterr().err
 
 
@@ -504,3 +522,17 @@ def test_tp_mode_reads_every_ranks_share(tmp_path, capsys):
     # the split weights once over the ranks, the others whole on every rank
     assert doc["timings"]["tp2.etptr"]["nbytes"] == 8 * 6 * 4 * 2 + 2 * (24 + 40)
     assert doc["timings"]["tp3.etptr"]["nbytes"] == 8 * 6 * 4 * 2 + 3 * (24 + 40)
+
+
+def test_checkpoint_mode_ends_with_the_fresh_process_table(tmp_path, capsys):
+    path = _plain_checkpoint(tmp_path)
+    out_json = tmp_path / "out.json"
+    status = main([str(path), *COMMON, "--cpu", "--json", str(out_json)])
+    text = capsys.readouterr().out
+    assert status == 0, text
+    assert text.index("saves into") < text.index("loader (fresh process)")
+    doc = json.loads(out_json.read_text())
+    rows = doc["fresh"]["fresh"]
+    assert {r["condition"] for r in rows} == {"warm", "cold", "half"}
+    assert {"etptr", "etptr-set-up", "safetensors"} <= {r["loader"] for r in rows}
+    assert all(r["differ"] in ([], None) for r in rows)

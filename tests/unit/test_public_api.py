@@ -107,6 +107,24 @@ def test_import_needs_no_cupy():
     assert proc.stdout.strip() == "[]"
 
 
+def test_import_is_light():
+    # what a first load in a fresh process would pay for nothing: the CUDA layer, the
+    # package metadata (read for __version__ on first use), NumPy's random generators
+    # (made for rand* on first use), the hashing modules behind `secrets`
+    proc = run_isolated("""
+        import sys
+        import etptr
+        heavy = ("etptr.cuda", "importlib.metadata", "numpy.random", "secrets", "hmac")
+        print(sorted(m for m in heavy if m in sys.modules))
+        etptr.rand([2]); etptr.__version__
+        print(sorted(m for m in heavy if m in sys.modules))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    first, later = proc.stdout.strip().splitlines()
+    assert first == "[]"
+    assert "numpy.random" in later and "importlib.metadata" in later
+
+
 def test_signatures_show_names_not_codes_or_bare_sentinels():
     import inspect
     for fn in (etptr.make_tensor_ptr, etptr.empty, etptr.full, etptr.randint, etptr.for_blob,
