@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import numpy as np
 
@@ -155,3 +157,29 @@ FORK_AND_WAIT = """
         os.waitpid(pid, 0)
         raise AssertionError("the forked child hung")
 """
+
+
+def run_threads(targets, seconds):
+    """Run the callables in threads with a tiny switch interval until ``seconds`` pass
+    (each callable gets the deadline); returns what they raised."""
+    errors = []
+    deadline = time.monotonic() + seconds
+
+    def run(fn):
+        try:
+            fn(deadline)
+        except BaseException as exc:      # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(fn,)) for fn in targets]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(seconds + 60)     # liveness only: a thread still running has hung
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(t.is_alive() for t in threads), "a thread never finished"
+    return errors

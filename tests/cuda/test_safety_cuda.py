@@ -1,6 +1,6 @@
 """Safety checks that need a real CUDA device, CuPy and (for some) torch.
 
-The host-only part of the safety suite is tests/safety/test_safety.py; these skip under
+The host-only part of the safety suite is tests/safety/test_safety*.py; these skip under
 the fake CuPy (``ETPTR_FAKE_CUPY=1``) and without a device.
 """
 import numpy as np
