@@ -149,3 +149,29 @@ def test_save_takes_numpy_and_torch_tensors_in_place(tmp_path):
     assert np.array_equal(back["n"], ARRAYS["emb"].T) and back["t"].tolist() == list(range(6))
     with pytest.raises(CheckpointError, match="tensor 'g' .*cannot be read in place.*detach"):
         etptr.save_safetensors({"g": torch.ones(2, requires_grad=True)}, p)
+
+
+def test_a_transformers_model_loaded_in_place_gives_its_own_logits(tmp_path):
+    # the model's own loading (from_pretrained) against a fresh model of the same config
+    # whose parameters etptr fills in place: the same outputs, bit for bit
+    transformers = pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, intermediate_size=37)
+        torch.manual_seed(0)
+        transformers.BertModel(config).save_pretrained(tmp_path / "bert",
+                                                       safe_serialization=True)
+        theirs = transformers.BertModel.from_pretrained(tmp_path / "bert").eval()
+        torch.manual_seed(1)                          # other weights until the load
+        mine = transformers.BertModel(config).eval()
+    files = sorted((tmp_path / "bert").glob("*.safetensors"))
+    result = etptr.load_safetensors([str(f) for f in files], into=mine.state_dict(),
+                                    strict=False)
+    assert set(result.unexpected_keys) <= {"pooler.dense.bias", "pooler.dense.weight"}
+    ids = torch.tensor([[1, 5, 7, 42, 98, 3]])
+    with torch.no_grad():
+        assert torch.equal(mine(ids).last_hidden_state, theirs(ids).last_hidden_state)
