@@ -92,20 +92,28 @@ class PyAllocator(etptr.DeviceAllocator):
         return [c[1:] for c in self.calls if c[0] == name]
 
 
+def child_env(**extra):
+    """The environment for a child interpreter that must import the etptr under test.
+
+    etptr's own location first (so a checkout's uncompiled sources never shadow an
+    installed package), then tests/ for ``_helpers``. Run the child with
+    ``cwd=ETPTR_PARENT`` (or any folder without an ``etptr`` in it): ``python -c`` puts
+    its working folder first on sys.path.
+    """
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (ETPTR_PARENT, TESTS_DIR, FAKES_DIR, os.environ.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def run_isolated(code, timeout=60):
     """Run ``code`` in a fresh interpreter; returns the CompletedProcess.
 
     A segfault shows as a negative ``returncode`` instead of killing the run.
     """
-    env = dict(os.environ)
-    # etptr's own location first (so a checkout's uncompiled sources never shadow an
-    # installed package), then tests/ for ``_helpers``; the child runs in etptr's parent
-    # folder because ``python -c`` puts its working folder first on sys.path.
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (ETPTR_PARENT, TESTS_DIR, FAKES_DIR, env.get("PYTHONPATH", "")) if p)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=timeout,
-                          cwd=ETPTR_PARENT, env=env)
+                          cwd=ETPTR_PARENT, env=child_env())
 
 
 # Every scalar type NumPy has that ExecuTorch has too, as (NumPy type, ScalarType).

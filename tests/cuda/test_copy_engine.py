@@ -464,7 +464,7 @@ def test_no_context_on_gpu0_when_only_gpu1_is_named(real_cupy, ndev):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         p for p in (site, os.environ.get("PYTHONPATH")) if p))
     out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                         timeout=120, env=env)
+                         timeout=120, env=env, cwd=site)
     assert out.returncode == 0, out.stderr
     assert "ACTIVE0 0" in out.stdout
 

@@ -22,6 +22,7 @@ from etptr.checkpoint import _pipeline, _sinks
 from etptr.testing import HostDeviceAllocator, use_allocator
 
 from _checkpoint_helpers import open_fds, raw_bytes, reference_read
+from _helpers import ETPTR_PARENT, child_env
 
 
 class _Staging(HostDeviceAllocator):
@@ -306,7 +307,8 @@ _EXITING = textwrap.dedent("""
 def test_a_process_closing_with_a_save_in_flight(tmp_path, how):
     target = tmp_path / "ckpt"
     out = subprocess.run([sys.executable, "-c", _EXITING, str(target), how],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120,
+                         cwd=ETPTR_PARENT, env=child_env())
     assert "started" in out.stdout, out.stderr
     if how == "interrupt":
         assert "KeyboardInterrupt" in out.stderr

@@ -16,6 +16,7 @@ from etptr.checkpoint import CheckpointError
 from etptr.checkpoint import _pipeline, _shards, _sinks
 
 from _checkpoint_helpers import DTYPES, code_of, random_array, raw_bytes, reference_read
+from _helpers import ETPTR_PARENT, child_env
 
 INDEX = "model.safetensors.index.json"
 
@@ -279,7 +280,7 @@ def test_room_is_checked_against_the_file_size_limit(tmp_path):
         print("sharded ok")
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120, env=os.environ | {"PYTHONWARNINGS": "error"})
+                         timeout=120, cwd=ETPTR_PARENT, env=child_env(PYTHONWARNINGS="error"))
     assert out.returncode == 0, out.stderr
     assert "refused:" in out.stdout and "RLIMIT_FSIZE" in out.stdout
     assert "sharded ok" in out.stdout
@@ -394,7 +395,8 @@ def test_a_full_file_system_part_way(tmp_path):
     """)
     cmd = ["unshare", "-rm", "sh", "-c",
            f"mount -t tmpfs -o size=1m tmpfs {mnt} && exec {sys.executable} -c \"$0\"", script]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         cwd=ETPTR_PARENT, env=child_env())
     if out.returncode != 0 and ("mount" in out.stderr or "unshare" in out.stderr):
         pytest.skip(f"no private tmpfs here: {out.stderr.strip()[:200]}")
     assert out.returncode == 0, out.stderr
