@@ -77,6 +77,11 @@ class cythonize_build_ext(build_ext):
     asks build_ext for its source files, from needing Cython or NumPy.
     """
 
+    def finalize_options(self):
+        super().finalize_options()
+        if self.parallel is None:       # compile the C files on every core (pip passes no -j)
+            self.parallel = os.cpu_count() or 1
+
     def run(self):
         import numpy
         from Cython.Build import cythonize
