@@ -191,3 +191,32 @@ def run_threads(targets, seconds):
         sys.setswitchinterval(interval)
     assert not any(t.is_alive() for t in threads), "a thread never finished"
     return errors
+
+
+# ---------------------------------------------------------------- the safety suites
+def arange_from_one(n, dtype=np.float32):
+    return np.arange(1, n + 1, dtype=dtype)
+
+
+def host_tensor(n, dtype=np.float32):
+    """A CPU tensor that owns a copy of 1..n (DYNAMIC_BOUND, bound n)."""
+    return etptr.clone_tensor_ptr(etptr.make_tensor_ptr(arange_from_one(n, dtype)))
+
+
+def device_bytes(t):
+    """The bytes of a tensor in HostDeviceAllocator memory (host memory under the label)."""
+    return ctypes.string_at(t.data_ptr, t.nbytes)
+
+
+def buffer_address(buf):
+    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
+
+
+def outcome(fn):
+    """What ``fn()`` raised (any BaseException, so that an interrupt cannot escape the
+    test), or None."""
+    try:
+        fn()
+    except BaseException as exc:      # noqa: BLE001 - the test inspects it
+        return exc
+    return None

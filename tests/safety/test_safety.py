@@ -26,35 +26,9 @@ import etptr
 from etptr import ScalarType as ST
 from etptr.testing import HostDeviceAllocator, use_allocator
 
-from _helpers import run_threads
-
-
-def _arange(n, dtype=np.float32):
-    return np.arange(1, n + 1, dtype=dtype)
-
-
-def _host_tensor(n, dtype=np.float32):
-    """A CPU tensor that owns a copy of 1..n (DYNAMIC_BOUND, bound n)."""
-    return etptr.clone_tensor_ptr(etptr.make_tensor_ptr(_arange(n, dtype)))
-
-
-def _device_bytes(t):
-    """The bytes of a tensor in HostDeviceAllocator memory (host memory under the label)."""
-    return ctypes.string_at(t.data_ptr, t.nbytes)
-
-
-def _buffer_address(buf):
-    return ctypes.addressof((ctypes.c_char * len(buf)).from_buffer(buf))
-
-
-def _outcome(fn):
-    """What ``fn()`` raised (any BaseException, so that an interrupt cannot escape the
-    test), or None."""
-    try:
-        fn()
-    except BaseException as exc:      # noqa: BLE001 - the test inspects it
-        return exc
-    return None
+from _helpers import buffer_address as _buffer_address, device_bytes as _device_bytes
+from _helpers import arange_from_one as _arange, host_tensor as _host_tensor
+from _helpers import outcome as _outcome, run_threads
 
 
 class _HookAllocator(HostDeviceAllocator):
