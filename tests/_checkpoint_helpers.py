@@ -105,3 +105,11 @@ def entry(dtype, shape, begin, end):
 
 def open_fds():
     return len(os.listdir("/proc/self/fd"))
+
+
+def tiny_bert(transformers, torch, seed):
+    """A two-layer BERT of hidden size 32 (random weights from ``seed``), warnings off."""
+    config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=37)
+    torch.manual_seed(seed)
+    return transformers.BertModel(config)

@@ -16,6 +16,7 @@ from etptr.checkpoint import CheckpointError
 from etptr.checkpoint import _pipeline, _shards, _sinks
 
 from _checkpoint_helpers import DTYPES, code_of, random_array, raw_bytes, reference_read
+from _checkpoint_helpers import tiny_bert
 from _helpers import ETPTR_PARENT, child_env
 
 INDEX = "model.safetensors.index.json"
@@ -439,16 +440,13 @@ def test_a_transformers_model_loads_the_directory(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                                         num_attention_heads=2, intermediate_size=37)
-        torch.manual_seed(0)
-        model = transformers.BertModel(config)
+        model = tiny_bert(transformers, torch, seed=0)
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         tensors = {k: etptr.make_tensor_ptr(v.numpy()) for k, v in state.items()}
         directory = tmp_path / "bert"
         etptr.save_safetensors(tensors, directory, max_shard_size="20KB",
                                metadata={"format": "pt"})
-        config.save_pretrained(directory)
+        model.config.save_pretrained(directory)
         assert len(_index(directory)["weight_map"]) == len(state)
         assert len([n for n in _listing(directory) if n.startswith("model-")]) > 2
         loaded = transformers.BertModel.from_pretrained(directory)

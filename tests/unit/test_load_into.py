@@ -9,6 +9,7 @@ import pytest
 import etptr
 from etptr.checkpoint import CheckpointError, IncompatibleKeys
 from etptr.testing import HostDeviceAllocator, use_allocator
+from _checkpoint_helpers import tiny_bert
 
 RNG = np.random.default_rng(5)
 ARRAYS = {"emb": RNG.standard_normal((6, 4)).astype(np.float32),
@@ -160,14 +161,10 @@ def test_a_transformers_model_loaded_in_place_gives_its_own_logits(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        config = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                                         num_attention_heads=2, intermediate_size=37)
-        torch.manual_seed(0)
-        transformers.BertModel(config).save_pretrained(tmp_path / "bert",
-                                                       safe_serialization=True)
+        tiny_bert(transformers, torch, seed=0).save_pretrained(tmp_path / "bert",
+                                                              safe_serialization=True)
         theirs = transformers.BertModel.from_pretrained(tmp_path / "bert").eval()
-        torch.manual_seed(1)                          # other weights until the load
-        mine = transformers.BertModel(config).eval()
+        mine = tiny_bert(transformers, torch, seed=1).eval()    # other weights until the load
     files = sorted((tmp_path / "bert").glob("*.safetensors"))
     result = etptr.load_safetensors([str(f) for f in files], into=mine.state_dict(),
                                     strict=False)
