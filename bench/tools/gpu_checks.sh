@@ -16,6 +16,10 @@
 #   layouts     etptr-bench --layout for all-minilm-l6-v2, qwen2.5-0.5b and qwen2.5-1.5b (the
 #               main job on files of those shapes: load_safetensors, save_safetensors, safetensors)
 #   minilm      the same for all-minilm-l6-v2 alone
+#   main        the main job on Qwen2.5-1.5B's shapes written to the disk's file system: loads,
+#               saves there and on /dev/shm (--tmpfs), then the fresh-process table
+#   llama       the 16 GB layout (bench/tools/llama_layout.py, 4 shards) in /dev/shm: the main
+#               job on its index (saves on /dev/shm only, fresh processes warm)
 #   checkpoint  etptr-bench on the installed all-MiniLM-L6-v2 checkpoint
 #   bench_many  the pytest-benchmark suite bench/suites/bench_many.py
 #   suites      every pytest-benchmark suite (bench/suites), its JSON summarised by
@@ -77,6 +81,12 @@ for step in $steps; do
             done ;;
         minilm) run layout_all-minilm-l6-v2 300 $py -m etptr.bench --layout all-minilm-l6-v2 \
                     --no-progress --json "$out/layout_all-minilm-l6-v2.json" ;;
+        main) run main 600 $py -m etptr.bench --layout qwen2.5-1.5b --tmpfs --no-progress \
+                  --json "$out/main.json" ;;
+        llama) run llama_write 300 $py bench/tools/llama_layout.py /dev/shm/llama
+               run llama 600 $py -m etptr.bench /dev/shm/llama/model.safetensors.index.json \
+                   --dir /dev/shm --repeats 2 --warmup 1 --save-repeats 1 --no-progress --json "$out/llama.json"
+               rm -rf /dev/shm/llama ;;
         bench_many) run bench_many 300 $py -m pytest -q -p no:cacheprovider bench/suites/bench_many.py \
                         --benchmark-only --benchmark-columns=median,ops ;;
         suites) run suites 600 $py -m pytest -q -p no:cacheprovider bench/suites --benchmark-only \
