@@ -289,6 +289,9 @@ _EXITING = textwrap.dedent("""
     import numpy as np
     import etptr
     target, how = sys.argv[1], sys.argv[2]
+    # Ctrl-C as an interactive process meets it (a job started in the background, as CI
+    # may start this one, inherits SIGINT ignored and Python then installs no handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     arrays = {f"w{i}": np.full(1 << 22, i, np.int32) for i in range(8)}   # 8 x 16 MiB
     h = etptr.save_safetensors({k: etptr.make_tensor_ptr(a) for k, a in arrays.items()},
                                target, background=True, max_shard_size="40MB")
