@@ -122,7 +122,8 @@ cdef class Device:
 
 
 cdef Device c_device(object spec, str argname):
-    """Parse ``spec`` (Device, DeviceType, "cpu", "cuda", "cuda:N") into a Device."""
+    """Parse ``spec`` (Device, DeviceType, "cpu", "cuda", "cuda:N", a torch.device) into a
+    Device."""
     cdef str s, head, tail
     if isinstance(spec, Device):
         return <Device>spec
@@ -154,13 +155,17 @@ cdef Device c_device(object spec, str argname):
                     f"{argname}={spec!r}: a bare int is ambiguous (torch reads it as "
                     f"'cuda:{code}'{meant}): pass 'cuda:{code}', etptr.Device('cuda:{code}') "
                     f"or an etptr.DeviceType")
+    if type(spec).__name__ == "device" and type(spec).__module__ == "torch":
+        return c_device(str(spec), argname)     # torch.device('cuda:1') as 'cuda:1'
     raise_error(Error.InvalidType,
-                f"{argname} must be an etptr.Device, a DeviceType or a string like 'cuda:0', "
+                f"{argname} must be an etptr.Device, a DeviceType, a torch.device or a "
+                f"string like 'cuda:0', "
                 f"got {spec!r} of type {type(spec).__name__}")
 
 
 def as_device(spec, argname="device"):
-    """Parse a device spelling: a :class:`Device`, a :class:`DeviceType`, or
-    ``"cpu"``, ``"cuda"``, ``"cuda:N"``. ``"cuda"`` means ``cuda:0``.
+    """Parse a device spelling: a :class:`Device`, a :class:`DeviceType`,
+    ``"cpu"``, ``"cuda"``, ``"cuda:N"``, or a ``torch.device`` (read as its string).
+    ``"cuda"`` means ``cuda:0``.
     """
     return c_device(spec, argname)

@@ -319,8 +319,10 @@ cdef TensorPtr _import_capsule(object capsule, Device expect, bint copy):
                             f"DLPack strides={strides} (elements) for shape={shape} are not "
                             f"described by any dim_order (negative, broadcast or gapped "
                             f"strides); " + (
-                                "pass copy=True to get a contiguous copy, or copy it in the "
-                                "producing library first" if dev.c_type == DEVICE_CPU else
+                                "from_dlpack(x, copy=True) makes a contiguous copy, or make "
+                                "it contiguous in the producing library first (e.g. "
+                                "x.contiguous() or numpy.ascontiguousarray(x))"
+                                if dev.c_type == DEVICE_CPU else
                                 "make it contiguous in the producing library first (e.g. "
                                 "cupy.ascontiguousarray(x) or x.contiguous())"))
     if dl.data == NULL and numel > 0:

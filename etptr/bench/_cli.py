@@ -156,8 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--tmpfs", action="store_true",
                    help="also time the saves in /dev/shm (tmpfs)")
     v.add_argument("--shards", type=_positive, default=8, metavar="N",
-                   help="files of the sharded saves and of the raw write rate they are "
-                        "compared with (default: 8)")
+                   help="the sharded saves use max_shard_size = the checkpoint's bytes / N "
+                        "(about N files: tensors are not split, so often fewer); the raw "
+                        "write rate they are compared with writes as many files (default: 8)")
     v.add_argument("--staging-cap", type=_size_arg, default=512 * MiB, metavar="SIZE",
                    help="the smaller page-locked cap of the second background save "
                         "(default: 512MiB; the first has the default cap, the whole "

@@ -420,7 +420,9 @@ def run_mode(args: Any, env: Any, out: Any, paths: list) -> tuple[int, dict]:
     files = [str(f.path) for f in resolve(paths)]
     nbytes = sum(os.path.getsize(f) for f in files)
     device = env.device if env.available else "cpu"
-    loaders = list(args.loaders or [name for name in LOADERS if available(name)])
+    # on the CPU etptr sets nothing up (it maps the file): no row for a setup paid first
+    loaders = list(args.loaders or [name for name in LOADERS if available(name)
+                                    and not (name in _SETUPS and device == "cpu")])
     missing = [name for name in LOADERS if name not in loaders]
     fs = file_system(files[0])
     out(f"fresh processes: {len(files)} file(s), {fmt_size(nbytes)} on {fs} "
@@ -460,8 +462,8 @@ def run_mode(args: Any, env: Any, out: Any, paths: list) -> tuple[int, dict]:
                      f"{r.resident:.0%}",
                      f"{r.first_s:.2f}" if r.first_s else "-", fmt_gbps(first),
                      fmt_gbps(r.gbps("later")), fmt_ratio(ratio(first, bound)),
-                     fmt_ratio(ratio(mine.gbps("first"), first)) if mine and r is not mine
-                     else "-",
+                     fmt_ratio(ratio(mine.gbps("first"), first))
+                     if mine and not r.loader.startswith("etptr") else "-",
                      fmt_size(max(r.device_bytes, 0))
                      if r.device_bytes is not None and device != "cpu" else "-",
                      ("ok" if differ == [] else f"{len(differ)} differ" if differ else "-")

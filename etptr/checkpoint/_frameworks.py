@@ -24,12 +24,13 @@ from etptr.checkpoint._errors import CheckpointError
 __all__ = ["FRAMEWORKS", "as_tensor_ptr", "check_framework", "to_framework"]
 
 #: The ``framework=`` values, and the spellings taken for them.
-FRAMEWORKS = {"etptr": "etptr", "pt": "pt", "torch": "pt", "np": "np", "numpy": "np",
-              "cupy": "cupy"}
+FRAMEWORKS = {"etptr": "etptr", "pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np",
+              "numpy": "np", "cupy": "cupy"}
 
 
 def check_framework(framework: object) -> str:
-    """``framework`` as one of ``"etptr"``, ``"pt"``, ``"np"``, ``"cupy"``.
+    """``framework`` as one of ``"etptr"``, ``"pt"``, ``"np"``, ``"cupy"`` (``"torch"`` and
+    ``"pytorch"`` are ``"pt"``, ``"numpy"`` is ``"np"``, as the safetensors library reads them).
 
     Raises
     ------
@@ -39,7 +40,8 @@ def check_framework(framework: object) -> str:
     if isinstance(framework, str) and framework in FRAMEWORKS:
         return FRAMEWORKS[framework]
     raise CheckpointError(f"framework={framework!r}: expected 'etptr' (TensorPtr), 'pt' "
-                          f"(torch), 'np' (NumPy, on the CPU) or 'cupy' (on a device)")
+                          f"(torch; also 'torch', 'pytorch'), 'np' (NumPy, on the CPU; also "
+                          f"'numpy') or 'cupy' (on a device)")
 
 
 def _module(name: str, framework: str) -> Any:

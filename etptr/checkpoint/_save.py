@@ -187,6 +187,10 @@ def _plan_shards(items: list[_Item], meta: dict[str, str] | None, path: object,
     """The files of a sharded save, its directory (prepared: the directories it makes are
     appended to ``created``), the bytes of every file, the commit and the paths."""
     limit = _shards.parse_shard_size(max_shard_size)
+    if str(path).endswith(".safetensors"):
+        raise CheckpointError(f"{path}: max_shard_size= writes a directory (the shards and "
+                              f"{_shards.INDEX_NAME}), and this path names a .safetensors "
+                              f"file: give the directory's path")
     if not items:
         raise CheckpointError(f"{path}: max_shard_size was given but there is no tensor to "
                               f"shard")
@@ -247,7 +251,8 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
         parallel, and ``model.safetensors.index.json`` (``metadata.total_size``,
         ``weight_map``) is written once every shard is in place; shard files of
         that pattern which the new index does not name are then removed. One
-        shard gives the same layout (``model-00001-of-00001.safetensors``).
+        shard gives the same layout (``model-00001-of-00001.safetensors``). ``path``
+        is then the directory; a path ending in ``.safetensors`` is refused.
         ``load_safetensors(directory / "model.safetensors.index.json")`` reads it.
     durable : bool
         True: every file, and the directory's entries for them, reach the storage

@@ -195,6 +195,14 @@ def test_an_empty_dict_cannot_be_sharded(tmp_path):
 
 # ------------------------------------------------------------------ checks before writing
 
+def test_a_sharded_save_to_a_file_name_is_refused(tmp_path):
+    with pytest.raises(CheckpointError, match="one.safetensors: max_shard_size= writes a "
+                                              "directory .*give the directory's path"):
+        etptr.save_safetensors({"a": etptr.ones([2])}, tmp_path / "one.safetensors",
+                               max_shard_size=10)
+    assert _listing(tmp_path) == []
+
+
 def test_path_is_a_file(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(CheckpointError, match="is not a directory"):

@@ -70,6 +70,15 @@ def test_refused_spellings_name_the_argument(spec, cls, fragment):
     assert fragment in msg
 
 
+def test_a_torch_device_reads_as_its_string():
+    torch = pytest.importorskip("torch")
+    assert as_device(torch.device("cpu")) == CPU0
+    assert as_device(torch.device("cuda", 3)) == Device("cuda:3")
+    assert as_device(torch.device("cuda")) == Device("cuda:0")
+    with pytest.raises(etptr.InvalidArgumentError, match="device='meta' is not a device"):
+        etptr.make_tensor_ptr([2], None, device=torch.device("meta"))
+
+
 def test_value_semantics():
     a = Device(DeviceType.CUDA, 3)
     assert a == Device("cuda:3") == Device("cuda", 3)

@@ -150,6 +150,10 @@ def test_save_takes_numpy_and_torch_tensors_in_place(tmp_path):
     assert np.array_equal(back["n"], ARRAYS["emb"].T) and back["t"].tolist() == list(range(6))
     with pytest.raises(CheckpointError, match="tensor 'g' .*cannot be read in place.*detach"):
         etptr.save_safetensors({"g": torch.ones(2, requires_grad=True)}, p)
+    for gapped in (torch.arange(20.).reshape(4, 5)[:, ::2], torch.arange(3.).expand(4, 3)):
+        with pytest.raises(CheckpointError,
+                           match=r"tensor 's' .*cannot be read in place.*x\.contiguous\(\)"):
+            etptr.save_safetensors({"s": gapped}, p)
 
 
 def test_a_transformers_model_loaded_in_place_gives_its_own_logits(tmp_path):
