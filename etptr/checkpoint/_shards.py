@@ -22,14 +22,16 @@ removed, as transformers' ``save_pretrained`` does.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
 import stat
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from etptr.checkpoint._descriptors import TempFile
+from etptr.checkpoint._descriptors import ReadOnlyFile, TempFile
 from etptr.checkpoint._errors import CheckpointError
 
 __all__ = ["INDEX_NAME", "commit", "index_bytes", "parse_shard_size", "prepare_directory",
@@ -66,7 +68,7 @@ def parse_shard_size(value: object) -> int:
         if m is None or unit.upper() not in _UNITS or (unit and unit[-1] == "b"):
             raise CheckpointError(f"max_shard_size={value!r}: expected a number and a unit "
                                   f"of B, KB, MB, GB, TB (10**3) or KiB, MiB, GiB, TiB (2**10)")
-        size = int(float(m.group(1)) * _UNITS[unit.upper()])
+        size = int(Fraction(m.group(1)) * _UNITS[unit.upper()])   # exact, any length
     if size < 1:
         raise CheckpointError(f"max_shard_size={value!r}: a shard must be allowed at least "
                               f"1 byte")
@@ -147,6 +149,8 @@ def _make_directory(d: Path, directory: Path, created: list[Path]) -> None:
         os.mkdir(d)
     except OSError as exc:
         created.remove(d)                   # not made here: not ours to remove
+        if isinstance(exc, FileExistsError) and os.path.isdir(d):
+            return                          # made meanwhile by another save: use it
         raise CheckpointError(f"{directory}: the directory cannot be created "
                               f"({exc.strerror or exc} at {str(d)!r})") from None
 
@@ -221,11 +225,36 @@ def commit(directory: Path, sinks: list[Any], index: bytes, durable: bool) -> No
     CheckpointError
         A rename, the index or a sync failed (naming the file).
     """
+    try:
+        # one commit at a time per directory (saves from other threads or processes wait):
+        # each leaves its own complete set, never a mix or an index naming a shard that
+        # another commit removed as stale
+        with ReadOnlyFile(directory) as lock:
+            _lock(lock.fileno())
+            _commit_locked(directory, sinks, index, durable)
+    except OSError as exc:
+        raise CheckpointError(f"{directory}: cannot be locked ({exc.strerror or exc})") from exc
+
+
+def _lock(fd: int) -> None:
+    """An exclusive ``flock`` of the directory's descriptor; where the file system takes
+    none (some network file systems) the commit goes ahead unlocked."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOLCK, errno.EBADF, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+
+
+def _commit_locked(directory: Path, sinks: list[Any], index: bytes, durable: bool) -> None:
     index_path = directory / INDEX_NAME
     where = index_path
     try:
         if any(os.path.lexists(s.final) for s in sinks) and os.path.lexists(index_path):
-            os.unlink(index_path)
+            try:
+                os.unlink(index_path)
+            except FileNotFoundError:
+                pass                        # removed meanwhile by a program other than etptr
             if durable:
                 sync_directory(directory)
         for s in sinks:

@@ -1,12 +1,14 @@
 """save_safetensors(..., max_shard_size=): Hugging Face's sharded layout, written in
 parallel; the index last; checks and faults leave no index naming a missing shard."""
 import errno
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -17,7 +19,7 @@ from etptr.checkpoint import _pipeline, _shards, _sinks
 
 from _checkpoint_helpers import DTYPES, code_of, random_array, raw_bytes, reference_read
 from _checkpoint_helpers import tiny_bert
-from _helpers import ETPTR_PARENT, child_env
+from _helpers import ETPTR_PARENT, child_env, run_threads
 
 INDEX = "model.safetensors.index.json"
 
@@ -66,7 +68,8 @@ def write_path(request, monkeypatch):
 @pytest.mark.parametrize("value, expected", [
     (1, 1), (4096, 4096), ("4096", 4096), ("5GB", 5 * 10**9), ("5gB", 5 * 10**9),
     ("500MB", 500 * 10**6), ("10KB", 10**4), ("2MiB", 2 << 20), ("1GiB", 1 << 30),
-    ("1.5GB", 1_500_000_000), (" 3 KiB ", 3072), ("1TB", 10**12), ("7B", 7)])
+    ("1.5GB", 1_500_000_000), (" 3 KiB ", 3072), ("1TB", 10**12), ("7B", 7),
+    ("0.1KB", 100), ("9" * 400, int("9" * 400)), ("9" * 400 + "GB", int("9" * 400) * 10**9)])
 def test_shard_sizes(value, expected):
     assert _shards.parse_shard_size(value) == expected
 
@@ -437,6 +440,45 @@ def test_durable_syncs_every_file_and_the_directory(tmp_path, monkeypatch):
     synced.clear()
     etptr.save_safetensors(tensors, tmp_path / "d", max_shard_size=1200)
     assert synced == []
+
+
+# ------------------------------------------------------------------ saves into one directory
+
+def test_commits_into_one_directory_take_turns(tmp_path):
+    d = tmp_path / "d"
+    old = {f"t{i}": np.full(1000, i, np.float32) for i in range(6)}
+    new = {k: v + 100 for k, v in old.items()}
+    etptr.save_safetensors(old, d, max_shard_size=8000)
+    before = {n: (d / n).read_bytes() for n in _listing(d)}
+    real = lambda: {n: (d / n).read_bytes() for n in _listing(d) if not n.startswith(".")}
+    lock = os.open(d, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)               # another save's commit under way
+        saver = threading.Thread(target=etptr.save_safetensors, args=(new, d),
+                                 kwargs={"max_shard_size": 12000})
+        saver.start()
+        saver.join(0.5)
+        assert saver.is_alive()                        # waits for the directory
+        assert real() == before                        # its shards wait under temporary names
+    finally:
+        os.close(lock)
+    saver.join(60)
+    assert not saver.is_alive()
+    _assert_loads(d, new)
+
+
+def test_concurrent_sharded_saves_leave_one_complete_checkpoint(tmp_path):
+    d = tmp_path / "d"
+    tensors = {f"t{i}": np.full(1000, i, np.float32) for i in range(12)}
+    for _ in range(5):
+        errors = run_threads([lambda _deadline, sz=sz: etptr.save_safetensors(
+                                  tensors, d, max_shard_size=sz)
+                              for sz in (4000, 8000, 16000, 48000)], seconds=0.2)
+        assert errors == []
+        _assert_loads(d, tensors)
+        index = _index(d)
+        assert sorted(n for n in _listing(d) if n.startswith("model-")) == \
+            sorted(set(index["weight_map"].values()))
 
 
 # ------------------------------------------------------------------ transformers
