@@ -237,20 +237,45 @@ class _Job:
             self.block.give()
 
 
-def _writer_main(shared: _Shared) -> None:
-    while True:
-        job = shared.jobs.get()
-        if job is None:                     # the producer is done (or the run is closed)
-            return
-        try:
-            if shared.stop.is_set():
-                job.drop()
-            else:
-                job.run()
-        except BaseException as exc:        # noqa: B036 (handed to the producer)
-            shared.fail(exc)
-        finally:
-            job = None
+class _Ended:
+    """Set by a writer thread as it ends; waited for instead of ``Thread.join`` (a join
+    that an interrupt cuts short can leave a thread that runs on marked as stopped, and
+    an interrupt inside ``Event.wait``'s Python code can break its condition): the
+    wait is a C lock acquire, which an interrupt leaves as it was."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        self._set = True
+        self._lock.release()
+
+    def wait(self) -> None:
+        while not self._set:
+            self._lock.acquire(timeout=1.0)     # taken once set (and then kept: harmless)
+
+
+def _writer_main(shared: _Shared, ended: _Ended) -> None:
+    try:
+        while True:
+            job = shared.jobs.get()
+            if job is None:                 # the producer is done (or the run is closed)
+                return
+            try:
+                if shared.stop.is_set():
+                    job.drop()
+                else:
+                    job.run()
+            except BaseException as exc:    # noqa: B036 (handed to the producer)
+                shared.fail(exc)
+            finally:
+                job = None
+    finally:
+        ended.set()                         # nothing of this save runs here any more
 
 
 class _Run:
@@ -267,6 +292,7 @@ class _Run:
         self.remaining = [0] * len(specs)
         self.order: list[_Chunk] = []
         self.threads: list[threading.Thread] = []
+        self.ended: list[_Ended] = []       # one per writer
 
     # ------------------------------------------------------------------ jobs (writers)
 
@@ -368,9 +394,10 @@ class _Run:
             self.remaining[k] = len(chunks)
         self.order = _interleave(per_file)
         n = writer_count(len(self.specs))
-        self.threads = [threading.Thread(target=_writer_main, args=(self.shared,),
+        self.ended = [_Ended() for _ in range(n)]
+        self.threads = [threading.Thread(target=_writer_main, args=(self.shared, ended),
                                          name=f"etptr-save-writer-{i}", daemon=True)
-                        for i in range(n)]
+                        for i, ended in enumerate(self.ended)]
         for t in self.threads:
             t.start()
         for k in range(len(self.specs)):
@@ -413,11 +440,16 @@ class _Run:
         """Let the writers finish what is queued and end; raise the first failure."""
         for _ in self.threads:
             self.shared.jobs.put(None)
-        for t in self.threads:
-            t.join()
+        self._join()
         if self.shared.error is not None:
             raise self.shared.error
         self.shared.check()
+
+    def _join(self) -> None:
+        """Wait until every writer that started has ended."""
+        for t, ended in zip(self.threads, self.ended):
+            if t.ident is not None:         # started (a thread never started never runs)
+                ended.wait()
 
     def close(self) -> None:
         """Stop and join the writers, drop what is still queued, remove every temporary
@@ -427,9 +459,7 @@ class _Run:
             ev.set()                        # a writer waiting for a file to open goes on
         for _ in self.threads:
             self.shared.jobs.put(None)
-        for t in self.threads:
-            if t.ident is not None:
-                t.join()
+        self._join()
         while True:
             try:
                 job = self.shared.jobs.get_nowait()
@@ -437,6 +467,8 @@ class _Run:
                 break
             if job is not None:
                 job.drop()
+        for _ in self.threads:
+            self.shared.jobs.put(None)      # for a writer whose start an interrupt cut short
         for sink in self.sinks:
             sink.discard()
 

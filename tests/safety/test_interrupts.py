@@ -255,3 +255,44 @@ def test_an_interrupt_at_any_line_of_a_sharded_or_background_save(tmp_path, wher
             assert alloc.host_live == 0, at
 
         _every_line(make_call, check_clean)
+
+
+class _AlsoInJoin(_Interrupt):
+    """:class:`_Interrupt` counting also the lines of ``Thread.join`` (where a join cut
+    short marks a thread that runs on as stopped, and a later join returns at once).
+    Not the lines of ``Condition.wait``: an interrupt there can break CPython's own
+    condition ("release unlocked lock"), whoever calls it."""
+
+    def __call__(self, frame, event, arg):
+        import threading
+        code = frame.f_code
+        if code.co_filename == threading.__file__:
+            return self._line if code.co_name in ("join", "_wait_for_tstate_lock") else None
+        return super().__call__(frame, event, arg)
+
+
+def test_an_interrupt_while_the_writers_run_leaves_none_running(tmp_path):
+    """An interrupt at any line of the save or of a Thread.join it makes: every writer
+    thread of the save still ends, and no temporary file is left."""
+    import threading
+    import time
+
+    tensors = {f"t{i}": etptr.full([50_000], float(i)) for i in range(8)}
+    target = tmp_path / "x.safetensors"
+
+    def writers():
+        return [t for t in threading.enumerate() if t.name.startswith("etptr-save-writer")]
+
+    counter = _AlsoInJoin()
+    _traced(lambda: etptr.save_safetensors(tensors, target), counter)
+    assert counter.lines > 20, counter.lines
+    for at in range(1, counter.lines + 1):
+        try:
+            _traced(lambda: etptr.save_safetensors(tensors, target), _AlsoInJoin(at))
+        except KeyboardInterrupt:
+            pass
+        deadline = time.monotonic() + 10
+        while writers() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert not writers(), f"a writer runs on after an interrupt at line {at}"
+        assert os.listdir(tmp_path) in ([], ["x.safetensors"]), at
