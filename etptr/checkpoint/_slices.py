@@ -126,7 +126,10 @@ def _dims(index: Any, shape: tuple[int, ...], name: str) -> list[tuple[int, int,
             if step <= 0:
                 raise CheckpointError(f"tensor {name!r}: dim {dim}: step {step} of {i!r}; "
                                       f"slices read with positive steps only")
-            out.append((start, len(range(start, stop, step)), step, True))
+            count = len(range(start, stop, step))
+            # one element or none: the step moves nowhere (a step past the dim's size
+            # would only overflow the byte offsets)
+            out.append((start, count, step if count > 1 else 1, True))
             continue
         if isinstance(i, (bool, np.bool_)) or i is None:
             raise CheckpointError(f"tensor {name!r}: dim {dim}: index {i!r} is not supported "
@@ -178,6 +181,9 @@ def slice_runs(index: Any, shape: tuple[int, ...], element_size: int, name: str)
     grid = []
     for i in outer:
         start, count, step, _ = dims[i]
+        if count == 1:                  # a fixed offset, not a dim of the grid (whose
+            offsets += start * strides[i]   # first dim is the one spans are cut along)
+            continue
         picks = (start + step * np.arange(count, dtype=np.int64)) * strides[i]
         offsets = np.add.outer(offsets, picks).reshape(-1)
         grid.append((count, step * strides[i]))

@@ -85,7 +85,10 @@ def test_get_tensor_matches_the_library_and_is_a_read_only_view(path):
 
 
 @pytest.mark.parametrize("index", [(slice(5, None),), (slice(None), slice(-3, None)),
-                                   (slice(-20, 2),), (slice(3, 1),), (slice(2, 2),)])
+                                   (slice(-20, 2),), (slice(3, 1),), (slice(2, 2),),
+                                   (slice(None, None, 10**30),),
+                                   (slice(None), slice(None, None, 2**62)),
+                                   (slice(1, 7, 2**63), slice(0, 9, 10**20))])
 def test_where_the_library_fails_slices_follow_numpy(path, index):
     want = ARRAYS["w_2d"][index]
     got = etptr.safe_open(path, framework="np").get_slice("w_2d")[index]
@@ -237,6 +240,21 @@ def test_a_gathered_slice_read_in_spans_of_any_size(path, monkeypatch, span):
         got = etptr.safe_open(path, framework="np").get_slice(name)[index]
         assert _bytes(got) == _bytes(ARRAYS[name][index]), (name, index)
     assert all(sum(r) <= max(span, 16 * 6 * 8) for r in read)   # one outer step at least
+
+
+def test_dims_of_one_index_do_not_hold_the_spans_back(tmp_path, monkeypatch):
+    # an outer dim of size 1 (or indexed by an int) is no dim to cut spans along: the
+    # spans stay under the bound along the next one
+    from etptr.checkpoint import _safe_open
+    monkeypatch.setattr(_safe_open, "_GATHER_SPAN", 4096)
+    arr = np.arange(1 * 300 * 64, dtype=np.uint8).reshape(1, 300, 64)
+    p = tmp_path / "t.safetensors"
+    etptr.save_safetensors({"t": arr}, p)
+    read = _counting_reads(monkeypatch)
+    for index in ((0, slice(None), slice(0, 1)), (slice(None), slice(None), slice(0, 1))):
+        got = etptr.safe_open(p, framework="np").get_slice("t")[index]
+        assert _bytes(got) == _bytes(arr[index]), index
+    assert read and all(sum(r) <= 4096 for r in read), read
 
 
 def test_gathered_slices_on_a_device_go_up_in_one_batch(path, monkeypatch):
