@@ -45,10 +45,22 @@ def _check_tensors(tensors: object) -> list[_Item]:
     if not isinstance(tensors, Mapping):
         raise CheckpointError(f"tensors: expected a dict of name -> TensorPtr, got "
                               f"{type(tensors).__name__}")
+    try:
+        # one pass over a copy: what the tensors' own code (a __dlpack__) does to the
+        # mapping meanwhile cannot change what is saved
+        pairs = list(tensors.items())
+    except RuntimeError as exc:             # changed by another thread while listed
+        raise CheckpointError(f"tensors: changed while its items were listed ({exc})") \
+            from None
     items = []
-    for name, t in tensors.items():
+    seen: set[str] = set()
+    for name, t in pairs:
         if not isinstance(name, str) or not name:
             raise CheckpointError(f"tensors: the name {name!r} is not a non-empty str")
+        if name in seen:
+            raise CheckpointError(f"tensors: the name {name!r} occurs twice (the mapping's "
+                                  f"items() gave it twice)")
+        seen.add(name)
         if name == "__metadata__":
             raise CheckpointError("tensors: '__metadata__' is reserved by the format for "
                                   "metadata; it cannot name a tensor")

@@ -442,3 +442,44 @@ def test_a_directory_that_cannot_be_reached_is_a_checkpoint_error(tmp_path):
             etptr.save_safetensors({"a": _GOOD}, locked / "inner" / "x.safetensors")
     finally:
         locked.chmod(0o700)
+
+
+def test_a_name_given_twice_by_a_mapping_is_refused(tmp_path):
+    from collections.abc import Mapping
+
+    class Twice(Mapping):               # a Mapping whose items() repeats a name
+        def __getitem__(self, k):
+            return np.ones(4, np.float32)
+
+        def __iter__(self):
+            return iter(["w", "w"])
+
+        def __len__(self):
+            return 2
+
+    with pytest.raises(CheckpointError, match="the name 'w' occurs twice"):
+        etptr.save_safetensors(Twice(), tmp_path / "x.safetensors")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_a_mapping_changed_by_a_tensors_own_code_saves_what_it_held(tmp_path, background):
+    tensors = {}
+
+    class Meddling:                      # its export adds a tensor to the dict being saved
+        def __init__(self, arr):
+            self.arr = arr
+
+        def __dlpack__(self, **kw):
+            tensors["late"] = np.zeros(2, np.float32)
+            return self.arr.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.arr.__dlpack_device__()
+
+    tensors.update(a=np.arange(3, dtype=np.float32), m=Meddling(np.ones(5, np.int32)))
+    h = etptr.save_safetensors(tensors, tmp_path / "x.safetensors", background=background)
+    if background:
+        h.result(30)
+    back = etptr.load_safetensors(tmp_path / "x.safetensors", "cpu", framework="np")
+    assert sorted(back) == ["a", "m"] and back["m"].tolist() == [1] * 5
