@@ -104,6 +104,32 @@ def _fill_file(plan: FilePlan, pairs: list[tuple[TensorEntry, TensorPtr]], read:
         check_unchanged(plan, f)
 
 
+def _tied(work: list[tuple[FilePlan, list[tuple[TensorEntry, TensorPtr]]]]
+          ) -> set[tuple[int, int]]:
+    """The (file, pair) positions not to read: of targets that are one tensor under
+    several names (tied weights in a model's state_dict), only the name the checkpoint
+    lists last is read into it, as copying them one after another would leave it.
+
+    Raises
+    ------
+    CheckpointError
+        Two targets overlap without being the same bytes (naming both).
+    """
+    spans = sorted(((str(t.device), t.data_ptr, e.nbytes, fi, pi, e.name)
+                    for fi, (_, pairs) in enumerate(work)
+                    for pi, (e, t) in enumerate(pairs) if e.nbytes),
+                   key=lambda s: s[:3])
+    skip = set()
+    for a, b in zip(spans, spans[1:]):
+        if a[0] != b[0] or a[1] + a[2] <= b[1]:
+            continue
+        if a[1:3] != b[1:3]:
+            raise CheckpointError(f"into: the targets of {a[5]!r} and {b[5]!r} overlap "
+                                  f"in memory without being the same tensor")
+        skip.add(min(a[3:5], b[3:5]))                  # the one listed earlier
+    return skip
+
+
 @contextmanager
 def _closing(f: ReadOnlyFile | None) -> Iterator[None]:
     try:
@@ -154,12 +180,13 @@ def load_into(plan: CheckpointPlan, into: object, strict: bool,
                 pairs.append((e, t))
         if pairs:
             work.append((f, pairs))
+    tied = _tied(work)
     total = sum(e.nbytes for _, pairs in work for e, _ in pairs)
     done = 0
     written: list[str] = []
-    for f, pairs in work:
+    for fi, (f, pairs) in enumerate(work):
         try:
-            _fill_file(f, pairs, read)
+            _fill_file(f, [p for pi, p in enumerate(pairs) if (fi, pi) not in tied], read)
         except (CheckpointError, OSError, EOFError) as exc:
             said = (f"the targets of earlier files were written ({_listed(written)})"
                     if written else "no earlier target was written")

@@ -68,6 +68,32 @@ def test_device_targets_take_no_memory(ckpt):
             assert np.array_equal(etptr.clone_tensor_ptr_to_cpu(t).numpy(), ARRAYS[k]), k
 
 
+@pytest.mark.parametrize("where", ["cpu", "device"])
+def test_tied_targets_take_the_name_listed_last(tmp_path, where):
+    # one tensor under two names (tied weights): read once, from the name the file
+    # lists last, as copying one name after the other would leave it
+    p = tmp_path / "tied.safetensors"
+    etptr.save_safetensors({"emb": np.full(4, 1.0, np.float32),
+                            "head": np.full(4, 2.0, np.float32)}, p)
+    last = etptr.safe_open(p).offset_keys()[-1]
+    with use_allocator(HostDeviceAllocator(etptr.DeviceType.CUDA)):
+        shared = etptr.zeros([4])
+        if where == "device":
+            shared = etptr.clone_tensor_ptr_to(shared, "cuda")
+        assert etptr.load_safetensors(p, into={"emb": shared, "head": shared}) == ([], [])
+        got = (etptr.clone_tensor_ptr_to_cpu(shared) if where == "device" else shared).numpy()
+    assert got.tolist() == [1.0 if last == "emb" else 2.0] * 4
+
+
+def test_overlapping_targets_are_refused_naming_both(tmp_path):
+    p = tmp_path / "o.safetensors"
+    etptr.save_safetensors({"a": np.ones(4, np.float32), "b": np.ones(4, np.float32)}, p)
+    memory = np.zeros(6, np.float32)
+    with pytest.raises(CheckpointError, match="targets of 'a' and 'b' overlap"):
+        etptr.load_safetensors(p, into={"a": memory[0:4], "b": memory[2:6]})
+    assert not memory.any()
+
+
 def test_strict_names_both_sides_and_loose_loads_the_rest(ckpt):
     targets = _zeros_like(ARRAYS)
     del targets["b"]
