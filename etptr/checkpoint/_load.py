@@ -370,8 +370,12 @@ def load_safetensors(paths: PathsLike, device: Device | DeviceType | str = "cuda
     mapped: a file truncated or written to while it is read gives a
     CheckpointError and nothing stays allocated. A write is seen by the file's
     modification and status-change times, which the kernel keeps at its clock
-    tick (a few milliseconds): a rewrite in place within the same tick as the
-    file's previous change, keeping its size, is not seen. A file replaced by
+    tick (a few milliseconds) and set as a write starts: a rewrite in place that
+    keeps the size is not seen when it falls within the same tick as the
+    file's previous change, or when it had begun before the load read the
+    header and ends during the load (its bytes may then be mixed with the old
+    ones). A writer that replaces the file whole (a new file renamed over it,
+    as save_safetensors does) never mixes with a load. A file replaced by
     another between reading the header and opening it is refused
     (CheckpointError).
 

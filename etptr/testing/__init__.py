@@ -155,13 +155,15 @@ class HostDeviceAllocator(DeviceAllocator):
         return ptr
 
     def deallocate(self, ptr: int, index: int) -> None:
+        # the block first, in one step (dict.pop is atomic): an interrupt landing in the
+        # bookkeeping below cannot keep it alive
+        raw = self._blocks.pop(ptr, None) if ptr else None
         with self._lock:
             self.deallocate_count += 1
             self.last_deallocate_ptr = ptr
             self.last_deallocate_index = index
-            if ptr == 0:
-                return
-            raw = self._blocks.pop(ptr, None)
+        if ptr == 0:
+            return
         if raw is None:
             raise InvalidArgumentError(f"ptr=0x{ptr:x} was not allocated by this allocator")
 
