@@ -9,11 +9,14 @@ save holds no reference to the tensors any more, and the caller may change or fr
 The files are then completed, synced when durable, and renamed (the index last); the
 handle is *done*, and :meth:`SaveHandle.result` returns or raises what the save raised.
 
-The thread is not a daemon: a process that exits with a save in flight waits for it at
-exit (Python joins such threads before it finalises), so the save completes; a process
-killed outright leaves at most a temporary file (a dot file), never a partial file under
-a real name. An exception in the caller's thread while the save is being started (an
-interrupt) cancels it and waits for its cleanup before it propagates.
+A process that exits with a save in flight waits for it at exit (an ``atexit`` handler
+waits for every save in flight), so the save completes; a process killed outright leaves
+at most a temporary file (a dot file), never a partial file under a real name. An
+exception in the caller's thread while the save is being started (an interrupt) cancels
+it and waits for its cleanup before it propagates. The save's thread is a bare one
+(``_thread.start_new_thread``, as the writers'): ``threading.Thread.start`` waits on an
+Event for the thread to begin, and an interrupt in that wait can leave the thread stuck
+for good, and a process with it unable to exit.
 
 Ordering with the GPU: the copies run on the copy engine's stream, which is ordered after
 the legacy default stream (as every etptr copy made from a thread with no current CuPy
@@ -22,14 +25,15 @@ stream synchronised) before the call.
 """
 from __future__ import annotations
 
-import threading
+import _thread
+import atexit
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from etptr.checkpoint._errors import CheckpointError
-from etptr.checkpoint._pipeline import FileSpec, _Run, _Shared, _Stopped
+from etptr.checkpoint._pipeline import FileSpec, Flag, _Run, _Shared, _Stopped
 
 __all__ = ["SaveHandle", "start"]
 
@@ -47,8 +51,8 @@ class SaveHandle:
 
     paths: tuple[Path, ...]
     _shared: _Shared
-    _staged: threading.Event
-    _done: threading.Event
+    _staged: Flag
+    _done: Flag
     _error: BaseException | None
     _started: float
     _staged_s: float | None
@@ -62,8 +66,8 @@ class SaveHandle:
         self: SaveHandle = object.__new__(cls)
         self.paths = paths
         self._shared = run.shared
-        self._staged = threading.Event()
-        self._done = threading.Event()
+        self._staged = Flag()
+        self._done = Flag()
         self._error = None
         self._started = time.perf_counter()
         self._staged_s = None
@@ -155,8 +159,20 @@ def _produce_and_commit(handle: SaveHandle, run: _Run,
     commit(run.sinks)
 
 
+#: The saves in flight, waited for at exit.
+_IN_FLIGHT: set[SaveHandle] = set()
+
+
+@atexit.register
+def _wait_at_exit() -> None:
+    for handle in list(_IN_FLIGHT):
+        handle._done.wait()
+
+
 def _save_main(handle: SaveHandle, run: _Run, commit: Callable[[list[Any]], None],
-               cleanup: Callable[[], None]) -> None:
+               cleanup: Callable[[], None], claim: dict[str, str]) -> None:
+    if claim.setdefault("by", "save") != "save":
+        return                              # the call gave up before this thread began
     error: BaseException | None = None
     try:
         _produce_and_commit(handle, run, commit)
@@ -171,6 +187,7 @@ def _save_main(handle: SaveHandle, run: _Run, commit: Callable[[list[Any]], None
             cleanup()
     finally:
         handle._finish(error)
+        _IN_FLIGHT.discard(handle)
 
 
 def start(specs: list[FileSpec], commit: Callable[[list[Any]], None], paths: tuple[Path, ...],
@@ -182,16 +199,20 @@ def start(specs: list[FileSpec], commit: Callable[[list[Any]], None], paths: tup
     run = _Run(specs, durable=durable, stage_all=True, staging_bytes=staging_bytes,
                path=path, fs_type=fs_type)
     handle = SaveHandle._new(paths, run)
-    thread = threading.Thread(target=_save_main, args=(handle, run, commit, cleanup),
-                              name="etptr-save", daemon=False)
+    claim: dict[str, str] = {}              # setdefault: the thread's, or the call's
     try:
+        _IN_FLIGHT.add(handle)
         run.start()
-        thread.start()
+        _start_thread(_save_main, (handle, run, commit, cleanup, claim))
         return handle
     except BaseException:
         # an interrupt (or a failure to start a thread): nothing may go on in the background
-        if thread.ident is not None:
-            handle.cancel()
-            thread.join()
+        if claim.setdefault("by", "call") == "save":
+            handle.cancel()                 # it began: stop it and wait for its cleanup
+            handle._done.wait()
+        _IN_FLIGHT.discard(handle)
         run.close()
         raise
+
+
+_start_thread = _thread.start_new_thread

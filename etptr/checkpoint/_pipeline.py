@@ -28,10 +28,12 @@ by the second. The caller's thread takes no lock of its own (see :class:`_Shared
 """
 from __future__ import annotations
 
+import _thread
 import functools
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +50,7 @@ from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._sinks import copy_threads, open_sink
 
-__all__ = ["CHUNK_BYTES", "SYNC_STAGING_BYTES", "FileSpec", "background_staging_bytes",
+__all__ = ["CHUNK_BYTES", "SYNC_STAGING_BYTES", "FileSpec", "Flag", "background_staging_bytes",
            "run_save", "writer_count"]
 
 #: Bytes of consecutive file data one staging block carries (one d2h batch, one write).
@@ -158,24 +160,83 @@ def _units(nbytes: int) -> int:
     return max(1, -(-nbytes // _MiB))
 
 
+class Flag:
+    """A flag threads wait for, set once: ``set``, ``is_set``, ``wait``. Each step is an
+    attribute store or a C lock call, so an interrupt in the caller's thread cannot leave
+    it broken (see :class:`_Shared`); a waiter also looks at the flag every second."""
+
+    __slots__ = ("_set", "_lock")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            try:
+                self._lock.release()        # wakes a waiter at once
+            except RuntimeError:
+                pass                        # released already (two set at once)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until set (or ``timeout`` seconds); whether it is set."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._set:
+            left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
+            if left <= 0:
+                break
+            if self._lock.acquire(timeout=left):
+                try:
+                    self._lock.release()    # the next waiter goes on too
+                except RuntimeError:
+                    pass
+        return self._set
+
+
+class _Budget:
+    """The staging budget in units (MiB): a queue of tokens, whose ``get`` and ``put`` are
+    C calls (see :class:`_Shared`)."""
+
+    __slots__ = ("_tokens",)
+
+    def __init__(self, units: int) -> None:
+        self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self.give(units)
+
+    def take(self) -> None:
+        """One unit, once one is free."""
+        self._tokens.get()
+
+    def give(self, units: int) -> None:
+        for _ in range(units):
+            self._tokens.put(None)
+
+
 class _Shared:
     """What the producer, the writer threads and a background save's handle share.
 
-    The code of the caller's thread takes no lock of its own: it only calls the standard
-    library's thread-safe objects (a queue, events, a semaphore, locks taken once without
-    waiting), so that an exception raised anywhere in it (an interrupt) can leave no lock
-    held. The writer threads keep their own counters under ``count_lock``.
+    The code of the caller's thread waits and signals only through objects whose every
+    step is one C call (a queue.SimpleQueue, a C lock, a flag over one): an interrupt
+    lands before or after such a call, never inside, so it can leave no lock held. The
+    standard library's Event, Semaphore and Condition run Python code between taking and
+    releasing their lock, and an interrupt there leaves it held for good. The writer
+    threads (which no interrupt reaches) keep their own counters under ``count_lock``.
     """
 
     def __init__(self, cap: int, files: int) -> None:
         self.jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self.stop = threading.Event()
+        self.stop = Flag()
         self.error: BaseException | None = None
         self._first = threading.Lock()      # taken once, by the first failure
         self.gate = threading.Lock()        # taken once: by the renames, or by a cancel
         self.cap_units = _units(cap)
-        self.room = threading.Semaphore(self.cap_units)
-        self.opened = [threading.Event() for _ in range(files)]
+        self.room = _Budget(self.cap_units)
+        self.opened = [Flag() for _ in range(files)]
         self.count_lock = threading.Lock()  # the writers' counters
 
     def fail(self, exc: BaseException) -> None:
@@ -184,9 +245,9 @@ class _Shared:
         if self._first.acquire(False):
             self.error = exc
         self.stop.set()
-        self.room.release(self.cap_units)
-        for ev in self.opened:
-            ev.set()
+        self.room.give(self.cap_units)
+        for flag in self.opened:
+            flag.set()
 
     def check(self) -> None:
         if self.stop.is_set():
@@ -199,7 +260,7 @@ class _Block:
 
     __slots__ = ("owner", "array", "units", "_once", "_room")
 
-    def __init__(self, units: int, room: threading.Semaphore) -> None:
+    def __init__(self, units: int, room: _Budget) -> None:
         self.owner: Any = None
         self.array: Any = np.empty(0, np.uint8)       # a uint8 ndarray over ``owner``
         self.units = units
@@ -211,7 +272,7 @@ class _Block:
         self.array = np.empty(0, np.uint8)
         self.owner = None
         if self._once.acquire(False):
-            self._room.release(self.units)
+            self._room.give(self.units)
 
 
 class _Job:
@@ -237,29 +298,21 @@ class _Job:
             self.block.give()
 
 
-class _Ended:
-    """Set by a writer thread as it ends; waited for instead of ``Thread.join`` (a join
-    that an interrupt cuts short can leave a thread that runs on marked as stopped, and
-    an interrupt inside ``Event.wait``'s Python code can break its condition): the
-    wait is a C lock acquire, which an interrupt leaves as it was."""
+class _Writer:
+    """One writer thread's slot. ``claim`` goes to whoever asks first (``setdefault``,
+    one C call): the thread as it begins, or :meth:`_Run.close` for a thread that has
+    not begun (which then returns at once). ``ended`` is set as the thread ends."""
 
-    __slots__ = ("_lock", "_set")
+    __slots__ = ("claim", "ended")
 
     def __init__(self) -> None:
-        self._set = False
-        self._lock = threading.Lock()
-        self._lock.acquire()
-
-    def set(self) -> None:
-        self._set = True
-        self._lock.release()
-
-    def wait(self) -> None:
-        while not self._set:
-            self._lock.acquire(timeout=1.0)     # taken once set (and then kept: harmless)
+        self.claim: dict[str, str] = {}
+        self.ended = Flag()
 
 
-def _writer_main(shared: _Shared, ended: _Ended) -> None:
+def _writer_main(shared: _Shared, slot: _Writer) -> None:
+    if slot.claim.setdefault("by", "writer") != "writer":
+        return                              # the run was closed before this thread began
     try:
         while True:
             job = shared.jobs.get()
@@ -275,7 +328,7 @@ def _writer_main(shared: _Shared, ended: _Ended) -> None:
             finally:
                 job = None
     finally:
-        ended.set()                         # nothing of this save runs here any more
+        slot.ended.set()                    # nothing of this save runs here any more
 
 
 class _Run:
@@ -291,8 +344,7 @@ class _Run:
         self.sinks = [open_sink(s.final, s.size, path, fs_type) for s in specs]
         self.remaining = [0] * len(specs)
         self.order: list[_Chunk] = []
-        self.threads: list[threading.Thread] = []
-        self.ended: list[_Ended] = []       # one per writer
+        self.writers: list[_Writer] = []
 
     # ------------------------------------------------------------------ jobs (writers)
 
@@ -341,7 +393,7 @@ class _Run:
         cap (the producer waits; a failure elsewhere wakes it with _Stopped)."""
         block = _Block(0, self.shared.room)
         for _ in range(_units(nbytes)):
-            self.shared.room.acquire()
+            self.shared.room.take()
             block.units += 1
         self.shared.check()
         owner: Any = None
@@ -393,13 +445,11 @@ class _Run:
         for k, chunks in enumerate(per_file):
             self.remaining[k] = len(chunks)
         self.order = _interleave(per_file)
-        n = writer_count(len(self.specs))
-        self.ended = [_Ended() for _ in range(n)]
-        self.threads = [threading.Thread(target=_writer_main, args=(self.shared, ended),
-                                         name=f"etptr-save-writer-{i}", daemon=True)
-                        for i, ended in enumerate(self.ended)]
-        for t in self.threads:
-            t.start()
+        self.writers = [_Writer() for _ in range(writer_count(len(self.specs)))]
+        for slot in self.writers:
+            # a bare thread: threading.Thread.start waits on an Event for the thread to
+            # begin, and an interrupt in that wait can leave the thread stuck for good
+            _thread.start_new_thread(_writer_main, (self.shared, slot))
         for k in range(len(self.specs)):
             self._queue(_Job(functools.partial(self._open, k)))
 
@@ -438,28 +488,25 @@ class _Run:
 
     def wait(self) -> None:
         """Let the writers finish what is queued and end; raise the first failure."""
-        for _ in self.threads:
+        for _ in self.writers:
             self.shared.jobs.put(None)
-        self._join()
+        for slot in self.writers:           # every one started: start() returned
+            slot.ended.wait()
         if self.shared.error is not None:
             raise self.shared.error
         self.shared.check()
-
-    def _join(self) -> None:
-        """Wait until every writer that started has ended."""
-        for t, ended in zip(self.threads, self.ended):
-            if t.ident is not None:         # started (a thread never started never runs)
-                ended.wait()
 
     def close(self) -> None:
         """Stop and join the writers, drop what is still queued, remove every temporary
         file (nothing once committed). Idempotent."""
         self.shared.stop.set()
-        for ev in self.shared.opened:
-            ev.set()                        # a writer waiting for a file to open goes on
-        for _ in self.threads:
+        for flag in self.shared.opened:
+            flag.set()                      # a writer waiting for a file to open goes on
+        for _ in self.writers:
             self.shared.jobs.put(None)
-        self._join()
+        for slot in self.writers:
+            if slot.claim.setdefault("by", "closer") == "writer":
+                slot.ended.wait()           # it began: let it finish its job and end
         while True:
             try:
                 job = self.shared.jobs.get_nowait()
@@ -467,8 +514,6 @@ class _Run:
                 break
             if job is not None:
                 job.drop()
-        for _ in self.threads:
-            self.shared.jobs.put(None)      # for a writer whose start an interrupt cut short
         for sink in self.sinks:
             sink.discard()
 

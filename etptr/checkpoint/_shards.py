@@ -230,20 +230,29 @@ def commit(directory: Path, sinks: list[Any], index: bytes, durable: bool) -> No
         # each leaves its own complete set, never a mix or an index naming a shard that
         # another commit removed as stale
         with ReadOnlyFile(directory) as lock:
-            _lock(lock.fileno())
-            _commit_locked(directory, sinks, index, durable)
+            locked = _lock(lock.fileno())
+            try:
+                _commit_locked(directory, sinks, index, durable)
+            finally:
+                if locked:
+                    # unlocked, not only closed: a process forked meanwhile shares the
+                    # descriptor's lock and would hold it as long as it lives
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
     except OSError as exc:
         raise CheckpointError(f"{directory}: cannot be locked ({exc.strerror or exc})") from exc
 
 
-def _lock(fd: int) -> None:
-    """An exclusive ``flock`` of the directory's descriptor; where the file system takes
-    none (some network file systems) the commit goes ahead unlocked."""
+def _lock(fd: int) -> bool:
+    """An exclusive ``flock`` of the directory's descriptor (waiting for another save's
+    commit); False where the file system takes none (some network file systems): the
+    commit then goes ahead unlocked."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
     except OSError as exc:
         if exc.errno not in (errno.ENOLCK, errno.EBADF, errno.EOPNOTSUPP, errno.EINVAL):
             raise
+        return False
+    return True
 
 
 def _commit_locked(directory: Path, sinks: list[Any], index: bytes, durable: bool) -> None:

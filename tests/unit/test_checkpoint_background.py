@@ -4,7 +4,6 @@ a process that exits or is interrupted with a save in flight."""
 import errno
 import gc
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -268,20 +267,34 @@ def test_result_times_out(tmp_path, monkeypatch):
     h.result(30)
 
 
-def test_an_interrupt_while_the_save_starts_cancels_it(tmp_path, monkeypatch):
-    real = threading.Thread.start
+@pytest.mark.parametrize("begun", [False, True])
+def test_an_interrupt_while_the_save_starts_cancels_it(tmp_path, monkeypatch, begun):
+    from etptr.checkpoint import _background
+    tasks = lambda: len(os.listdir("/proc/self/task"))     # every thread, bare ones too
+    baseline = tasks()
+    real = _background._start_thread
 
-    def start(self):
-        real(self)
-        if self.name == "etptr-save":
-            raise KeyboardInterrupt
+    def start(fn, args):
+        real(fn, args)
+        if begun:                            # the save's thread got going first
+            while "by" not in args[-1]:
+                time.sleep(0.001)
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr(threading.Thread, "start", start)
+    monkeypatch.setattr(_background, "_start_thread", start)
     with pytest.raises(KeyboardInterrupt):
         etptr.save_safetensors({"a": etptr.ones([1 << 16])}, tmp_path / "x.safetensors",
                                background=True)
-    assert os.listdir(tmp_path) == []
-    assert not [t for t in threading.enumerate() if t.name.startswith("etptr-save")]
+    if begun and os.listdir(tmp_path):     # it had finished before the cancel: complete
+        assert os.listdir(tmp_path) == ["x.safetensors"]
+        reference_read(tmp_path / "x.safetensors")
+    else:
+        assert os.listdir(tmp_path) == []
+    deadline = time.monotonic() + 10
+    while tasks() > baseline and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert tasks() == baseline
+    assert not _background._IN_FLIGHT
 
 
 _EXITING = textwrap.dedent("""

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -465,6 +466,34 @@ def test_commits_into_one_directory_take_turns(tmp_path):
     saver.join(60)
     assert not saver.is_alive()
     _assert_loads(d, new)
+
+
+def test_a_process_forked_during_a_commit_does_not_keep_the_directory_locked(tmp_path,
+                                                                            monkeypatch):
+    d = tmp_path / "d"
+    tensors = {f"t{i}": np.full(100, i, np.float32) for i in range(4)}
+    real = _shards._commit_locked
+    children = []
+
+    def forking(*args):
+        pid = os.fork()                  # a DataLoader worker, say, forked mid-commit
+        if pid == 0:
+            time.sleep(60)
+            os._exit(0)
+        children.append(pid)
+        return real(*args)
+
+    monkeypatch.setattr(_shards, "_commit_locked", forking)
+    try:
+        etptr.save_safetensors(tensors, d, max_shard_size=800)
+        monkeypatch.setattr(_shards, "_commit_locked", real)
+        etptr.save_safetensors(tensors, d, max_shard_size=400)   # does not wait for it
+        assert os.waitpid(children[0], os.WNOHANG) == (0, 0)    # the child lives on
+    finally:
+        for pid in children:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    _assert_loads(d, tensors)
 
 
 def test_concurrent_sharded_saves_leave_one_complete_checkpoint(tmp_path):
