@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, NoReturn, Union
 from etptr.checkpoint._errors import CheckpointError, CheckpointFileNotFoundError
 from etptr.checkpoint._format import (
     MAX_HEADER_BYTES, FilePlan, TensorEntry, loads_strict, parse_header)
+from etptr.checkpoint._shards import reading
 
 __all__ = ["CheckpointPlan", "PathsLike", "read_plan"]
 
@@ -117,7 +119,7 @@ def _read_index(index: Path) -> list[tuple[Path, set[str]]]:
                                           filename=str(index)) from None
     except OSError as exc:
         _fail(index, f"cannot be read ({exc.strerror or exc})")
-    if not index.is_file():
+    if not stat.S_ISREG(st.st_mode):
         _fail(index, "is not a regular file")
     if st.st_size > MAX_HEADER_BYTES:
         _fail(index, f"is {st.st_size} bytes, more than an index may be ({MAX_HEADER_BYTES})")
@@ -193,10 +195,11 @@ def read_plan(paths: PathsLike) -> CheckpointPlan:
     plans: list[FilePlan] = []
     for path in items:
         if path.name.endswith(".json"):
-            for shard, mapped in _read_index(path):
-                plan = parse_header(shard)
-                _check_shard(path, plan, mapped)
-                plans.append(plan)
+            with reading(path.parent):       # no save's commit in between
+                for shard, mapped in _read_index(path):
+                    plan = parse_header(shard)
+                    _check_shard(path, plan, mapped)
+                    plans.append(plan)
         else:
             plans.append(parse_header(path))
     seen_files: dict[str, Path] = {}

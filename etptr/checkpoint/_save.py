@@ -265,6 +265,9 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
         that pattern which the new index does not name are then removed. One
         shard gives the same layout (``model-00001-of-00001.safetensors``). ``path``
         is then the directory; a path ending in ``.safetensors`` is refused.
+        Saves into one directory commit one at a time (they hold an ``flock`` of it
+        while renaming; a load of its index waits for a commit under way), from
+        threads or processes: each leaves one complete checkpoint.
         ``load_safetensors(directory / "model.safetensors.index.json")`` reads it.
     durable : bool
         True: every file, and the directory's entries for them, reach the storage

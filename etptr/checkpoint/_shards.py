@@ -21,12 +21,14 @@ removed, as transformers' ``save_pretrained`` does.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from etptr.checkpoint._descriptors import ReadOnlyFile, TempFile
 from etptr.checkpoint._errors import CheckpointError
 
 __all__ = ["INDEX_NAME", "commit", "index_bytes", "parse_shard_size", "prepare_directory",
-           "remove_created", "shard_names", "split", "sync_directory"]
+           "reading", "remove_created", "shard_names", "split", "sync_directory"]
 
 #: The index file of a sharded checkpoint.
 INDEX_NAME = "model.safetensors.index.json"
@@ -242,12 +244,33 @@ def commit(directory: Path, sinks: list[Any], index: bytes, durable: bool) -> No
         raise CheckpointError(f"{directory}: cannot be locked ({exc.strerror or exc})") from exc
 
 
-def _lock(fd: int) -> bool:
-    """An exclusive ``flock`` of the directory's descriptor (waiting for another save's
-    commit); False where the file system takes none (some network file systems): the
+@contextlib.contextmanager
+def reading(directory: Path) -> Iterator[None]:
+    """A shared ``flock`` of a sharded checkpoint's directory while a load reads its index
+    and its shards' headers: a save's commit (which holds it exclusively) then happens
+    wholly before or after, never in between, so the load sees one save's files (a shard
+    replaced after that is refused when the load reads it). Where the directory cannot be
+    opened or locked the load goes ahead unlocked (its own checks then report)."""
+    try:
+        f = ReadOnlyFile(directory)
+    except (OSError, ValueError):
+        yield
+        return
+    with f:
+        locked = _lock(f.fileno(), fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            if locked:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _lock(fd: int, how: int = fcntl.LOCK_EX) -> bool:
+    """An exclusive (or ``how``) ``flock`` of the directory's descriptor (waiting for
+    another save's commit); False where the file system takes none (some network file systems): the
     commit then goes ahead unlocked."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.flock(fd, how)
     except OSError as exc:
         if exc.errno not in (errno.ENOLCK, errno.EBADF, errno.EOPNOTSUPP, errno.EINVAL):
             raise

@@ -496,6 +496,52 @@ def test_a_process_forked_during_a_commit_does_not_keep_the_directory_locked(tmp
     _assert_loads(d, tensors)
 
 
+def test_a_load_of_the_index_waits_for_a_commit_under_way(tmp_path):
+    d = tmp_path / "d"
+    tensors = {f"t{i}": np.full(100, i, np.float32) for i in range(4)}
+    etptr.save_safetensors(tensors, d, max_shard_size=800)
+    got = []
+    lock = os.open(d, os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)               # a save's commit under way
+        loader = threading.Thread(target=lambda: got.append(
+            etptr.load_safetensors(d / INDEX, "cpu", framework="np")))
+        loader.start()
+        loader.join(0.5)
+        assert loader.is_alive() and not got           # reads no index meanwhile
+    finally:
+        os.close(lock)
+    loader.join(60)
+    assert sorted(got[0]) == sorted(tensors)
+
+
+def test_loads_beside_saves_never_mix_two_checkpoints(tmp_path):
+    d = tmp_path / "d"
+    versions = [{f"t{i}": np.full(100, v, np.float32) for i in range(4)} for v in range(3)]
+    etptr.save_safetensors(versions[0], d, max_shard_size=800)
+
+    def save(deadline):
+        k = 0
+        while time.monotonic() < deadline:
+            k += 1
+            etptr.save_safetensors(versions[k % 3], d, max_shard_size=800)
+
+    seen = set()
+
+    def load(deadline):
+        while time.monotonic() < deadline:
+            try:
+                back = etptr.load_safetensors(d / INDEX, "cpu", framework="np")
+            except CheckpointError:
+                continue                     # a shard replaced after the plan: refused
+            values = {float(a[0]) for a in back.values()}
+            assert len(values) == 1, values   # one save's tensors, never a mix
+            seen.update(values)
+
+    assert run_threads([save, load], seconds=1.0) == []
+    assert seen
+
+
 def test_concurrent_sharded_saves_leave_one_complete_checkpoint(tmp_path):
     d = tmp_path / "d"
     tensors = {f"t{i}": np.full(1000, i, np.float32) for i in range(12)}
