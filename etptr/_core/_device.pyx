@@ -1,4 +1,6 @@
 """Devices: ExecuTorch's ``DeviceType`` and ``Device`` (``runtime/core/device.h``)."""
+import builtins
+
 import numpy as np
 
 from etptr._core._codes cimport DEVICE_CPU
@@ -55,8 +57,9 @@ cdef class Device:
 
     Parameters
     ----------
-    type : DeviceType or str
-        ``DeviceType.CPU``, ``DeviceType.CUDA``, or a string such as ``"cuda:1"``.
+    type : DeviceType, str or torch.device
+        ``DeviceType.CPU``, ``DeviceType.CUDA``, a string such as ``"cuda:1"``, or a
+        ``torch.device`` (read as its string).
     index : int, optional
         Device index, -1..127. Ignored when ``type`` is a string that names one.
 
@@ -73,6 +76,8 @@ cdef class Device:
         if self.c_frozen:
             raise_error(Error.InvalidState,
                         f"Device {self} is immutable; build a new one with etptr.Device(...)")
+        if builtins.type(type).__name__ == "device" and builtins.type(type).__module__ == "torch":
+            type = str(type)                # a torch.device: read as its string
         if isinstance(type, str):
             parsed = c_device(type, "type")
             self.c_type = parsed.c_type

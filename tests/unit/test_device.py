@@ -75,6 +75,7 @@ def test_a_torch_device_reads_as_its_string():
     assert as_device(torch.device("cpu")) == CPU0
     assert as_device(torch.device("cuda", 3)) == Device("cuda:3")
     assert as_device(torch.device("cuda")) == Device("cuda:0")
+    assert Device(torch.device("cuda:2")) == Device("cuda:2") and Device(torch.device("cpu")) == CPU0
     with pytest.raises(etptr.InvalidArgumentError, match="device='meta' is not a device"):
         etptr.make_tensor_ptr([2], None, device=torch.device("meta"))
 
