@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import _thread
 import atexit
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -167,6 +168,10 @@ _IN_FLIGHT: set[SaveHandle] = set()
 def _wait_at_exit() -> None:
     for handle in list(_IN_FLIGHT):
         handle._done.wait()
+
+
+# a forked child has none of the parent's save threads: it must not wait for their saves
+os.register_at_fork(after_in_child=_IN_FLIGHT.clear)
 
 
 def _save_main(handle: SaveHandle, run: _Run, commit: Callable[[list[Any]], None],

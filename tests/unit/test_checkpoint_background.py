@@ -343,3 +343,38 @@ def test_a_process_closing_with_a_save_in_flight(tmp_path, how):
                 reference_read(target / n)
         if INDEX_NAME in names:
             etptr.load_safetensors(target / INDEX_NAME, "cpu")
+
+
+def test_a_child_forked_during_a_background_save_exits_without_waiting_for_it(tmp_path):
+    from etptr.checkpoint import _background
+    release = threading.Lock()
+    release.acquire()
+    real = _background._produce_and_commit
+
+    def held(*args):
+        release.acquire()                    # the save stays in flight until released
+        return real(*args)
+
+    _background._produce_and_commit = held
+    try:
+        h = etptr.save_safetensors({"a": etptr.ones([4])}, tmp_path / "x.safetensors",
+                                   background=True)
+        pid = os.fork()
+        if pid == 0:
+            _background._wait_at_exit()      # what the child's exit runs: returns at once
+            os._exit(0)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child waited for its parent's save")
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.release()
+        _background._produce_and_commit = real
+    h.result(30)
