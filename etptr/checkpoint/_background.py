@@ -1,6 +1,6 @@
 """Background saves: ``save_safetensors(..., background=True)`` and its :class:`SaveHandle`.
 
-The save runs in a thread of its own (``etptr-save``). It first copies every byte of the
+The save runs in a thread of its own. It first copies every byte of the
 tensors out into staging blocks (page-locked memory of the device's allocator, at most
 ``staging_bytes`` alive at once: when the cap is smaller than the checkpoint it waits for
 written blocks to come back, it never allocates beyond it), while the writer threads
