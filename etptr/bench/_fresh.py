@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from etptr.checkpoint import _sinks
 from etptr.checkpoint._descriptors import ReadOnlyFile
 
 __all__ = ["CONDITIONS", "LOADERS", "FreshResult", "available", "disk_rate", "evict",
@@ -46,23 +47,9 @@ _REGION = 64 * MiB                      # half: every other region of (at most) 
 
 
 def file_system(path: str) -> str:
-    """The type of the file system ``path`` lies on (``/proc/mounts``: the longest mount
-    point that holds it), e.g. ``"ext4"`` or ``"tmpfs"``; ``"?"`` where it cannot be told."""
-    real = os.path.realpath(path)
-    best, kind = "", "?"
-    try:
-        with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) < 3:
-                    continue
-                mount = parts[1].replace("\\040", " ")
-                inside = real == mount or real.startswith(mount.rstrip("/") + "/")
-                if inside and len(mount) >= len(best):
-                    best, kind = mount, parts[2]
-    except OSError:
-        pass
-    return kind
+    """The type of the file system ``path`` lies on, e.g. ``"ext4"`` or ``"tmpfs"`` (the
+    saver's reading of ``/proc/self/mounts``); ``"?"`` where it cannot be told."""
+    return _sinks.file_system(path) or "?"
 
 
 def resident_share(paths: list[str]) -> float:

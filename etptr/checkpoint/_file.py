@@ -20,7 +20,10 @@ from etptr.checkpoint._descriptors import ReadOnlyFile
 from etptr.checkpoint._errors import CheckpointError
 from etptr.checkpoint._format import FilePlan, TensorEntry, file_identity
 
-__all__ = ["check_unchanged", "host_view", "map_file", "open_checked"]
+__all__ = ["READ_THREADS", "check_unchanged", "host_view", "map_file", "open_checked"]
+
+#: Copy threads a load reads a file's bytes with (parallel_read).
+READ_THREADS = min(16, os.cpu_count() or 1)
 
 # What zero-size tensors alias: a valid, read-only, empty buffer.
 _EMPTY = np.empty(0, dtype=np.uint8)

@@ -11,7 +11,6 @@ place).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -22,7 +21,7 @@ from etptr._core._host_copy import parallel_read
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._descriptors import ReadOnlyFile
 from etptr.checkpoint._errors import CheckpointError
-from etptr.checkpoint._file import check_unchanged, open_checked
+from etptr.checkpoint._file import READ_THREADS, check_unchanged, open_checked
 from etptr.checkpoint._format import DTYPE_NAMES, FilePlan, TensorEntry
 from etptr.checkpoint._frameworks import as_tensor_ptr
 from etptr.checkpoint._plan import CheckpointPlan
@@ -89,7 +88,7 @@ def _fill_file(plan: FilePlan, pairs: list[tuple[TensorEntry, TensorPtr]], read:
                     segs = [(base + p[1], p[0], p[2]) for p in split
                             if (len(p) == 4 and p[3]) == flag]
                     if segs and use is not None:
-                        parallel_read(use.fileno(), segs, min(16, os.cpu_count() or 1),
+                        parallel_read(use.fileno(), segs, READ_THREADS,
                                       direct=flag)
         for device, group in devices.items():
             group.sort(key=lambda et: et[1].data_ptr)

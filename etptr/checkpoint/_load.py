@@ -25,7 +25,6 @@ the copy).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +41,8 @@ from etptr._core._tensor_ptr import TensorPtr
 from etptr._core._tensor_ptr_maker import empty
 from etptr.checkpoint._descriptors import ReadOnlyFile
 from etptr.checkpoint._errors import CheckpointError
-from etptr.checkpoint._file import check_unchanged, host_view, map_file, open_checked
+from etptr.checkpoint._file import (
+    READ_THREADS, check_unchanged, host_view, map_file, open_checked)
 from etptr.checkpoint._format import FilePlan, _read_header_bytes, plan_from_header
 from etptr.checkpoint._frameworks import check_framework, to_framework
 from etptr.checkpoint._header_scan import offsets_aligned
@@ -107,12 +107,11 @@ def _load_pinned(plan: CheckpointPlan, progress: Progress | None,
     out: dict[str, TensorPtr] = {}
     total = plan.nbytes
     done = 0
-    threads = min(16, os.cpu_count() or 1)
     for f, lay, block in zip(plan.files, layouts, blocks):
         dst: Any = block.numpy()
         if lay.runs:
             _read_host(f, block.data_ptr, [(r.file_offset, r.buffer_offset, r.nbytes)
-                                           for r in lay.runs], read, threads)
+                                           for r in lay.runs], read, READ_THREADS)
             done += f.nbytes
             if progress is not None:
                 progress(done, total)

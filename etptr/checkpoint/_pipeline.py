@@ -156,7 +156,7 @@ _MiB = 1 << 20
 
 
 def _units(nbytes: int) -> int:
-    """Staging is counted in MiB (rounded up), the units of the budget's semaphore."""
+    """Staging is counted in MiB (rounded up), the units of the budget (:class:`_Budget`)."""
     return max(1, -(-nbytes // _MiB))
 
 

@@ -11,7 +11,6 @@ every weight) move as one copy per file.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -26,7 +25,8 @@ from etptr._core._make_tensor_ptr import make_tensor_ptr
 from etptr._core._scalar_type import ScalarType, element_size
 from etptr._core._tensor_ptr import TensorPtr
 from etptr.checkpoint._errors import CheckpointError
-from etptr.checkpoint._file import check_unchanged, host_view, map_file, open_checked
+from etptr.checkpoint._file import (
+    READ_THREADS, check_unchanged, host_view, map_file, open_checked)
 from etptr.checkpoint._format import DTYPE_NAMES, FilePlan, TensorEntry
 from etptr.checkpoint._frameworks import check_framework, to_framework
 from etptr.checkpoint._load import _device_arg
@@ -84,7 +84,7 @@ def read_selections(plan: FilePlan, selections: Sequence[Selection],
                 try:
                     if pieces:
                         parallel_read(f.fileno(), [(base + d, o, n) for o, d, n in pieces],
-                                      _THREADS)
+                                      READ_THREADS)
                     for sel, at in gathered:
                         _gather(plan, f.fileno(), sel, block[at:at + sel.runs.nbytes])
                 except (OSError, EOFError) as exc:
@@ -119,7 +119,6 @@ def read_selections(plan: FilePlan, selections: Sequence[Selection],
     return views
 
 
-_THREADS = min(16, os.cpu_count() or 1)
 _GATHER_SPAN = 64 << 20          # the most file bytes a gathered read holds at once
 
 
@@ -136,9 +135,9 @@ def _gather_up(plan: FilePlan, fd: int, gathered: list[tuple[Selection, int]],
     host = _host_block(sum(_align(sel.runs.nbytes) for sel, _ in gathered))
     srcs, at_host = [], 0
     for sel, _ in gathered:
-        _gather(plan, fd, sel, host[at_host:at_host + sel.runs.nbytes])
-        srcs.append(make_tensor_ptr([sel.runs.nbytes], host[at_host:at_host + sel.runs.nbytes],
-                                    type=ScalarType.Byte))
+        dst = host[at_host:at_host + sel.runs.nbytes]
+        _gather(plan, fd, sel, dst)
+        srcs.append(make_tensor_ptr([sel.runs.nbytes], dst, type=ScalarType.Byte))
         at_host += _align(sel.runs.nbytes)
     outs = buf._views([at for _, at in gathered], [[sel.runs.nbytes] for sel, _ in gathered],
                       [ScalarType.Byte] * len(gathered))
@@ -157,7 +156,7 @@ def _gather(plan: FilePlan, fd: int, sel: Selection, dst: np.ndarray) -> None:
     out = dst.reshape(-1, runs.run_bytes)
     for a, b, lo, n in chunks:
         part = span[:n]
-        parallel_read(fd, [(part.ctypes.data, first_byte + lo, n)], _THREADS)
+        parallel_read(fd, [(part.ctypes.data, first_byte + lo, n)], READ_THREADS)
         runs_ab = runs.gather(part, a, b)
         np.copyto(out[a:b].reshape(runs_ab.shape), runs_ab)
 

@@ -336,7 +336,8 @@ def save_safetensors(tensors: Mapping[str, TensorPtr], path: str | os.PathLike[s
     try:
         if max_shard_size is None:
             final = _check_path(path)
-            specs = [FileSpec(final, _header(_order(items), meta), _order(items))]
+            order = _order(items)
+            specs = [FileSpec(final, _header(order, meta), order)]
             directory, sizes = final.parent, [specs[0].size]
             commit = _commit_one(final, durable)
             paths: tuple[Path, ...] = (final,)

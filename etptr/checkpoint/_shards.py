@@ -197,16 +197,15 @@ def sync_directory(directory: Path) -> None:
     """``fsync`` the directory (its entries: creations, renames, removals); a file system
     that cannot sync a directory is let be."""
     try:
-        fd = os.open(directory, os.O_RDONLY | os.O_CLOEXEC)
+        d = ReadOnlyFile(directory)         # owns its descriptor: no interrupt leaks it
     except OSError:
         return
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
+    with d:
+        try:
+            os.fsync(d.fileno())
+        except OSError as exc:
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+                raise
 
 
 def _write_index(path: Path, data: bytes, durable: bool) -> None:

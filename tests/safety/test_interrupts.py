@@ -96,6 +96,17 @@ def _every_line(make_call, check_clean):
     return counter.lines
 
 
+def _save_inputs(where, **more):
+    """The tensors the save tests write (a column-major one among them), on the CPU or
+    moved to the installed allocator's device."""
+    tensors = {"a": etptr.full([300], 2.5), "b": etptr.ones([7], type="Int"), **more,
+               "t": etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64),
+                                          dim_order=[1, 0])}
+    if where == "device":
+        tensors = {k: etptr.clone_tensor_ptr_to(t, "cuda") for k, t in tensors.items()}
+    return tensors
+
+
 @pytest.fixture
 def files(tmp_path):
     src = tmp_path / "src"
@@ -113,11 +124,7 @@ def test_an_interrupt_at_any_line_of_a_save_leaves_no_trace(tmp_path, where):
     target = out / "x.safetensors"
     alloc = HostDeviceAllocator()
     with use_allocator(alloc):
-        tensors = {"a": etptr.full([300], 2.5), "b": etptr.ones([7], type="Int"),
-                   "t": etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64),
-                                              dim_order=[1, 0])}
-        if where == "device":
-            tensors = {k: etptr.clone_tensor_ptr_to(t, "cuda") for k, t in tensors.items()}
+        tensors = _save_inputs(where)
         live = alloc.live_bytes
         fds = open_fds()
 
@@ -212,12 +219,7 @@ def test_an_interrupt_at_any_line_of_a_sharded_or_background_save(tmp_path, wher
         target.mkdir()                       # (a directory made by the save: unit tests)
     alloc = _HostBlocks()
     with use_allocator(alloc):
-        tensors = {"a": etptr.full([300], 2.5), "b": etptr.ones([7], type="Int"),
-                   "c": etptr.full([100], 1.5),
-                   "t": etptr.make_tensor_ptr([2, 3], np.arange(6, dtype=np.int64),
-                                              dim_order=[1, 0])}
-        if where == "device":
-            tensors = {k: etptr.clone_tensor_ptr_to(t, "cuda") for k, t in tensors.items()}
+        tensors = _save_inputs(where, c=etptr.full([100], 1.5))
         live = alloc.live_bytes
         fds = open_fds()
         handles = []
